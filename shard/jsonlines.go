@@ -1,0 +1,166 @@
+package shard
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// LineError is a JSON Lines input line that was rejected. Reading goes on
+// with the next line.
+type LineError struct {
+	Line int // 1-based
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// jsonLine is one input line. Unknown fields are rejected.
+type jsonLine struct {
+	ID          string            `json:"id"`
+	Topic       string            `json:"topic"`
+	Exchange    string            `json:"exchange"`
+	RoutingKey  string            `json:"routing_key"`
+	DelayMs     *int64            `json:"delay_ms"`
+	AtMs        *int64            `json:"at_ms"`
+	Headers     map[string]string `json:"headers"`
+	Body        *string           `json:"body"`
+	BodyBase64  *string           `json:"body_base64"`
+	ContentType string            `json:"content_type"`
+}
+
+// LineReader reads messages in JSON Lines form, one object a line:
+//
+//	{"id":"order-42","topic":"order.cancel","delay_ms":1800000,"body":"..."}
+//
+// Fields: id; topic, or exchange and routing_key; delay_ms or at_ms (unix
+// ms); headers (object of strings); body (text) or body_base64;
+// content_type. Blank lines are skipped.
+type LineReader struct {
+	r       *bufio.Reader
+	line    int
+	maxLine int
+}
+
+// NewLineReader reads from r. Lines longer than what a body of maxBody bytes
+// needs (base64 plus room for the other fields) are rejected.
+func NewLineReader(r io.Reader, maxBody int) *LineReader {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBody
+	}
+	return &LineReader{r: bufio.NewReaderSize(r, 64<<10), maxLine: maxBody*4/3 + 8 + 64<<10}
+}
+
+// Next returns the next message and its line number. At the end it returns
+// io.EOF. A bad line gives a *LineError, after which Next may be called
+// again; any other error is final.
+func (lr *LineReader) Next() (Message, int, error) {
+	for {
+		raw, err := lr.readLine()
+		if err != nil {
+			return Message{}, lr.line, err
+		}
+		if raw == nil {
+			return Message{}, lr.line, &LineError{Line: lr.line, Err: fmt.Errorf("longer than %d bytes", lr.maxLine)}
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 {
+			continue
+		}
+		m, err := ParseLine(raw)
+		if err != nil {
+			return Message{}, lr.line, &LineError{Line: lr.line, Err: err}
+		}
+		return m, lr.line, nil
+	}
+}
+
+// readLine returns the next line without its newline, or nil (and no error)
+// for a line over the limit, which it skips.
+func (lr *LineReader) readLine() ([]byte, error) {
+	var buf []byte
+	tooLong := false
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(chunk) > lr.maxLine {
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			lr.line++
+			if tooLong {
+				return nil, nil
+			}
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
+			lr.line++ // last line without a newline
+			if tooLong {
+				return nil, nil
+			}
+			return buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// ParseLine parses one JSON Lines object into a Message. It checks the
+// line's own rules (known fields, one of delay_ms/at_ms, one of
+// body/body_base64); the message rules are checked by Enqueue.
+func ParseLine(raw []byte) (Message, error) {
+	var l jsonLine
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return Message{}, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if dec.More() {
+		return Message{}, errors.New("invalid JSON: more than one value on the line")
+	}
+	m := Message{ID: l.ID, Topic: l.Topic, Exchange: l.Exchange, RoutingKey: l.RoutingKey,
+		Headers: l.Headers, ContentType: l.ContentType}
+	switch {
+	case l.DelayMs != nil && l.AtMs != nil:
+		return Message{}, invalid("delay_ms", "give delay_ms or at_ms, not both")
+	case l.DelayMs != nil:
+		if *l.DelayMs < 0 || *l.DelayMs > MaxDelay.Milliseconds() {
+			return Message{}, invalid("delay_ms", "%d is outside [0, %d]", *l.DelayMs, MaxDelay.Milliseconds())
+		}
+		m.Delay = time.Duration(*l.DelayMs) * time.Millisecond
+	case l.AtMs != nil:
+		if *l.AtMs < minAt.UnixMilli() || *l.AtMs >= maxAt.UnixMilli() {
+			return Message{}, invalid("at_ms", "%d is outside [%d, %d)", *l.AtMs, minAt.UnixMilli(), maxAt.UnixMilli())
+		}
+		m.At = time.UnixMilli(*l.AtMs)
+	default:
+		return Message{}, invalid("delay_ms", "missing: give delay_ms or at_ms")
+	}
+	switch {
+	case l.Body != nil && l.BodyBase64 != nil:
+		return Message{}, invalid("body", "give body or body_base64, not both")
+	case l.Body != nil:
+		m.Body = []byte(*l.Body)
+	case l.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*l.BodyBase64)
+		if err != nil {
+			return Message{}, invalid("body_base64", "%v", err)
+		}
+		m.Body = b
+	}
+	if err := validateID(m.ID); err != nil {
+		return Message{}, err
+	}
+	return m, nil
+}

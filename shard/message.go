@@ -1,0 +1,180 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Sentinel errors returned (wrapped) by Producer and Store. Test with errors.Is.
+var (
+	// ErrDuplicate: a message with this id already exists (scheduled, in
+	// flight or dead). Enqueue with Upsert replaces a scheduled one.
+	ErrDuplicate = errors.New("duplicate message id")
+	// ErrNotFound: no scheduled message has this id.
+	ErrNotFound = errors.New("message not found")
+	// ErrInFlight: the message is being published right now; it can no
+	// longer be cancelled, rescheduled or replaced.
+	ErrInFlight = errors.New("message is in flight")
+	// ErrInvalid: the input breaks a rule; the error is an *InvalidError that
+	// names the field.
+	ErrInvalid = errors.New("invalid message")
+)
+
+// InvalidError says which field of a message is wrong and why. It matches
+// ErrInvalid under errors.Is.
+type InvalidError struct {
+	Field  string // e.g. "id", "delay", "headers[x-delayq-due-ms]"
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return "invalid " + e.Field + ": " + e.Reason }
+
+// Is reports target == ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Limits of a message. Exceeding one is an ErrInvalid.
+const (
+	MaxIDLen     = 256              // bytes
+	MaxNameLen   = 255              // topic, exchange, routing key, content type, header key (AMQP short string)
+	MaxHeaders   = 64               // producer headers per message
+	MaxHeaderLen = 4096             // bytes of one header value
+	MaxDelay     = 100 * 365 * 24 * time.Hour
+	// DefaultMaxBody is the default body limit (ProducerOptions.MaxBody).
+	DefaultMaxBody = 1 << 20
+	// ReservedHeaderPrefix starts the headers delayq sets itself; producers
+	// may not set them.
+	ReservedHeaderPrefix = "x-delayq-"
+)
+
+var (
+	minAt = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// Message is what a producer schedules.
+type Message struct {
+	// ID identifies the message for cancel, reschedule, inspect and
+	// consumer-side deduplication (it becomes the AMQP message_id). Usually a
+	// business key such as "order-42-cancel". 1..256 bytes of UTF-8 without
+	// control characters.
+	ID string
+
+	// Destination: either Topic (resolved by the scanners' route table), or
+	// Exchange and RoutingKey. Exchange "" is AMQP's default exchange, which
+	// routes by queue name, so it needs a RoutingKey.
+	Topic      string
+	Exchange   string
+	RoutingKey string
+
+	Headers     map[string]string // AMQP headers; keys may not start with "x-delayq-"
+	ContentType string
+	Body        []byte
+
+	// When: At if it is non-zero (a time in the past means "now"), else
+	// Delay after the Redis server's clock reads the enqueue (so producer
+	// clock skew does not matter).
+	Delay time.Duration
+	At    time.Time
+}
+
+// validateID checks a message id.
+func validateID(id string) error {
+	switch {
+	case id == "":
+		return invalid("id", "empty")
+	case len(id) > MaxIDLen:
+		return invalid("id", "%d bytes, more than %d", len(id), MaxIDLen)
+	case !utf8.ValidString(id):
+		return invalid("id", "not valid UTF-8")
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return invalid("id", "contains control character %U", r)
+		}
+	}
+	return nil
+}
+
+func validateName(field, v string) error {
+	if len(v) > MaxNameLen {
+		return invalid(field, "%d bytes, more than %d", len(v), MaxNameLen)
+	}
+	if !utf8.ValidString(v) {
+		return invalid(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+// validateWhen checks Delay and At and returns the enqueue script's mode
+// and time argument.
+func validateWhen(delay time.Duration, at time.Time) (mode string, ms int64, err error) {
+	if !at.IsZero() {
+		if at.Before(minAt) || !at.Before(maxAt) {
+			return "", 0, invalid("at", "%s is outside [%s, %s)", at.UTC().Format(time.RFC3339),
+				minAt.Format("2006-01-02"), maxAt.Format("2006-01-02"))
+		}
+		return "at", at.UnixMilli(), nil
+	}
+	if delay < 0 {
+		return "", 0, invalid("delay", "negative (%s)", delay)
+	}
+	if delay > MaxDelay {
+		return "", 0, invalid("delay", "%s is more than %s", delay, MaxDelay)
+	}
+	return "delay", delay.Milliseconds(), nil
+}
+
+// envelope validates m's content and builds its envelope.
+func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
+	if err := validateID(m.ID); err != nil {
+		return Envelope{}, err
+	}
+	for _, f := range [...]struct{ name, v string }{
+		{"topic", m.Topic}, {"exchange", m.Exchange}, {"routing_key", m.RoutingKey}, {"content_type", m.ContentType},
+	} {
+		if err := validateName(f.name, f.v); err != nil {
+			return Envelope{}, err
+		}
+	}
+	switch {
+	case m.Topic != "" && (m.Exchange != "" || m.RoutingKey != ""):
+		return Envelope{}, invalid("destination", "give a topic or an exchange and routing key, not both")
+	case m.Topic == "" && m.Exchange == "" && m.RoutingKey == "":
+		return Envelope{}, invalid("destination", "missing: give a topic, or an exchange and/or routing key")
+	}
+	if len(m.Body) > maxBody {
+		return Envelope{}, invalid("body", "%d bytes, more than the limit of %d", len(m.Body), maxBody)
+	}
+	if len(m.Headers) > MaxHeaders {
+		return Envelope{}, invalid("headers", "%d headers, more than %d", len(m.Headers), MaxHeaders)
+	}
+	hs := make([]Header, 0, len(m.Headers))
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		v := m.Headers[k]
+		field := "headers[" + k + "]"
+		switch {
+		case k == "":
+			return Envelope{}, invalid("headers", "empty header name")
+		case strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix):
+			return Envelope{}, invalid(field, "names starting with %q are reserved for delayq", ReservedHeaderPrefix)
+		case len(k) > MaxNameLen || !utf8.ValidString(k):
+			return Envelope{}, invalid(field, "name must be valid UTF-8 of at most %d bytes", MaxNameLen)
+		case len(v) > MaxHeaderLen || !utf8.ValidString(v):
+			return Envelope{}, invalid(field, "value must be valid UTF-8 of at most %d bytes", MaxHeaderLen)
+		}
+		hs = append(hs, Header{Key: k, Value: v})
+	}
+	return Envelope{
+		Topic: m.Topic, Exchange: m.Exchange, RoutingKey: m.RoutingKey, ContentType: m.ContentType,
+		Headers: hs, Body: m.Body, EnqueuedMs: now.UnixMilli(),
+	}, nil
+}

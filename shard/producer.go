@@ -1,0 +1,240 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ShardCounter tells producers how many shards to write to. balance
+// implements it (static, or from Consul KV).
+type ShardCounter interface {
+	// ShardCount returns M, the number of shards new messages hash onto, or
+	// an error when M is not known (a producer must not guess).
+	ShardCount() (int, error)
+}
+
+// ProducerOptions configure a Producer. The zero value is valid.
+type ProducerOptions struct {
+	// MaxBody is the largest body accepted, in bytes. Default DefaultMaxBody.
+	MaxBody int
+	// Now is the producer's clock, used only for the informational enqueue
+	// time in the envelope (due times come from Redis). Default time.Now.
+	Now func() time.Time
+}
+
+// Producer is the SDK: it schedules, cancels, reschedules and inspects
+// messages. It is safe for concurrent use.
+type Producer struct {
+	store   *Store
+	shards  ShardCounter
+	maxBody int
+	now     func() time.Time
+}
+
+// NewProducer returns a Producer writing through store, hashing ids onto
+// shards.ShardCount() shards.
+func NewProducer(store *Store, shards ShardCounter, opts ProducerOptions) *Producer {
+	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, now: opts.Now}
+	if p.maxBody <= 0 {
+		p.maxBody = DefaultMaxBody
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p
+}
+
+// Scheduled says where and when an enqueued message will be published.
+type Scheduled struct {
+	ID    string
+	Shard int
+	Due   time.Time // by the Redis clock
+}
+
+// Enqueue schedules m. It returns ErrDuplicate if a message with m.ID
+// exists, and an *InvalidError (ErrInvalid) if m breaks a rule.
+func (p *Producer) Enqueue(ctx context.Context, m Message) (Scheduled, error) {
+	return p.enqueue(ctx, m, false)
+}
+
+// Upsert schedules m, replacing a scheduled or dead message with the same
+// id. It returns ErrInFlight if that message is being published.
+func (p *Producer) Upsert(ctx context.Context, m Message) (Scheduled, error) {
+	return p.enqueue(ctx, m, true)
+}
+
+func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Scheduled, error) {
+	pm, err := p.prepare(&m)
+	if err != nil {
+		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
+	}
+	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert)
+	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
+	if err != nil {
+		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
+	}
+	return Scheduled{ID: m.ID, Shard: pm.shard, Due: time.UnixMilli(due)}, nil
+}
+
+type prepared struct {
+	shard int
+	env   []byte
+	mode  string
+	ms    int64
+}
+
+func (p *Producer) prepare(m *Message) (prepared, error) {
+	env, err := m.envelope(p.maxBody, p.now())
+	if err != nil {
+		return prepared{}, err
+	}
+	mode, ms, err := validateWhen(m.Delay, m.At)
+	if err != nil {
+		return prepared{}, err
+	}
+	n, err := p.shards.ShardCount()
+	if err != nil {
+		return prepared{}, fmt.Errorf("shard count: %w", err)
+	}
+	return prepared{shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}, nil
+}
+
+// BatchResult is the outcome of one message of EnqueueBatch.
+type BatchResult struct {
+	Scheduled
+	Err error // nil, or wraps ErrDuplicate, ErrInvalid, ...
+}
+
+// EnqueueBatch schedules msgs in one pipeline (one round trip). Each
+// message succeeds or fails on its own: results[i] belongs to msgs[i]. The
+// returned error is set when Redis itself failed (not for duplicates or
+// invalid messages); the results of the messages it hit carry it too.
+func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchResult, error) {
+	res := make([]BatchResult, len(msgs))
+	preps := make([]prepared, len(msgs))
+	todo := make([]int, 0, len(msgs))
+	var batchErr error
+	for i := range msgs {
+		res[i].ID = msgs[i].ID
+		pm, err := p.prepare(&msgs[i])
+		if err != nil {
+			res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+			continue
+		}
+		preps[i] = pm
+		res[i].Shard = pm.shard
+		todo = append(todo, i)
+	}
+	// Two passes at most: the second reruns commands refused with NOSCRIPT
+	// (Redis restarted and lost its script cache), which did not run.
+	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
+		if err := p.store.Load(ctx); err != nil {
+			return res, p.failAll(res, todo, err)
+		}
+		cmds := make([]*redis.Cmd, len(todo))
+		// Pipelined's own error is the first command's error; each command
+		// is looked at below instead.
+		_, _ = p.store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for j, i := range todo {
+				keys, args := p.store.enqueueArgs(preps[i].shard, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms, false)
+				cmds[j] = enqueueScript.EvalSha(ctx, pl, keys, args...)
+			}
+			return nil
+		})
+		var retry []int
+		for j, i := range todo {
+			v, err := cmds[j].Slice()
+			if isNoScript(err) {
+				retry = append(retry, i)
+				continue
+			}
+			if err != nil { // Redis or network failure: not the message's fault
+				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+				if batchErr == nil {
+					batchErr = fmt.Errorf("enqueue batch: %w", err)
+				}
+				continue
+			}
+			due, err := enqueueStatus(v, nil)
+			if err != nil {
+				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+				continue
+			}
+			res[i].Due = time.UnixMilli(due)
+		}
+		todo = retry
+	}
+	if len(todo) > 0 {
+		return res, p.failAll(res, todo, errors.New("scripts missing from Redis after reload (NOSCRIPT)"))
+	}
+	return res, batchErr
+}
+
+func (p *Producer) failAll(res []BatchResult, todo []int, err error) error {
+	err = fmt.Errorf("enqueue batch: %w", err)
+	for _, i := range todo {
+		res[i].Err = err
+	}
+	return err
+}
+
+// shardOf returns the shard an id hashes to now.
+func (p *Producer) shardOf(id string) (int, error) {
+	if err := validateID(id); err != nil {
+		return 0, err
+	}
+	n, err := p.shards.ShardCount()
+	if err != nil {
+		return 0, fmt.Errorf("shard count: %w", err)
+	}
+	return Of(id, n), nil
+}
+
+// Cancel removes a scheduled message. It returns ErrNotFound if no message
+// with that id is scheduled and ErrInFlight if it is being published.
+func (p *Producer) Cancel(ctx context.Context, id string) error {
+	i, err := p.shardOf(id)
+	if err != nil {
+		return fmt.Errorf("cancel %q: %w", id, err)
+	}
+	return p.store.Cancel(ctx, i, id)
+}
+
+// Reschedule moves a scheduled message to time at.
+func (p *Producer) Reschedule(ctx context.Context, id string, at time.Time) (time.Time, error) {
+	return p.move(ctx, id, 0, at)
+}
+
+// RescheduleAfter moves a scheduled message to delay after now (Redis clock).
+func (p *Producer) RescheduleAfter(ctx context.Context, id string, delay time.Duration) (time.Time, error) {
+	return p.move(ctx, id, delay, time.Time{})
+}
+
+func (p *Producer) move(ctx context.Context, id string, delay time.Duration, at time.Time) (time.Time, error) {
+	i, err := p.shardOf(id)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reschedule %q: %w", id, err)
+	}
+	mode, ms, err := validateWhen(delay, at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reschedule %q: %w", id, err)
+	}
+	due, err := p.store.reschedule(ctx, i, id, mode, ms)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(due), nil
+}
+
+// Inspect reports where message id is: scheduled, in flight, dead or unknown.
+func (p *Producer) Inspect(ctx context.Context, id string) (Info, error) {
+	i, err := p.shardOf(id)
+	if err != nil {
+		return Info{}, fmt.Errorf("inspect %q: %w", id, err)
+	}
+	return p.store.Inspect(ctx, i, id)
+}

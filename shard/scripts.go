@@ -1,0 +1,246 @@
+package shard
+
+import "github.com/redis/go-redis/v9"
+
+// Every script below touches the keys of one shard only (one hash tag, so one
+// Redis Cluster slot), takes every key through KEYS, reads "now" from Redis
+// TIME, and does a bounded amount of work. Times are unix milliseconds.
+//
+// Lua numbers are doubles: millisecond timestamps (< 2^53) are exact.
+
+// nowMs is the prelude every time-aware script starts with.
+const nowMs = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// wakeIfHead is shared by enqueue and reschedule: announce a new head of the
+// shard when it falls due within the wake horizon. ARGV[wake..wake+2] are
+// channel, shard index, horizon ms.
+const wakeIfHead = `
+local function wake_if_head(due_key, id, due, now, a)
+  if due - now >= tonumber(ARGV[a + 2]) then return end
+  local head = redis.call('ZRANGE', due_key, 0, 0)
+  if head[1] == id then
+    redis.call('PUBLISH', ARGV[a], ARGV[a + 1] .. ':' .. string.format('%d', due))
+  end
+end
+`
+
+// enqueueScript stores a message and schedules it.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET
+//	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH
+//	ARGV[1] id   ARGV[2] envelope   ARGV[3] "delay" | "at"
+//	ARGV[4] delay ms (added to Redis TIME) or absolute due ms
+//	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
+//	ARGV[6] wake channel   ARGV[7] shard index   ARGV[8] wake horizon ms
+//
+// Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
+// (nothing written), -1 in flight (upsert refused, nothing written).
+// Publishes "<shard>:<due>" on the wake channel when the message becomes
+// the shard's head and is due within the horizon.
+// Complexity: O(log N).
+var enqueueScript = redis.NewScript(nowMs + wakeIfHead + `
+local id = ARGV[1]
+local due = tonumber(ARGV[4])
+if ARGV[3] == 'delay' then due = now + due end
+local status = 1
+if redis.call('HEXISTS', KEYS[2], id) == 1 then
+  if ARGV[5] ~= '1' then return {0, 0} end
+  if redis.call('ZSCORE', KEYS[3], id) then return {-1, 0} end
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
+  status = 2
+end
+redis.call('HSET', KEYS[2], id, ARGV[2])
+redis.call('ZADD', KEYS[1], due, id)
+wake_if_head(KEYS[1], id, due, now, 6)
+return {status, due}
+`)
+
+// claimScript is the heart of delayq: the atomic claim.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
+//	ARGV[1] k, the most messages to claim (>= 1)   ARGV[2] lease ms
+//
+// First it re-queues up to k leases that expired (score now, attempts + 1):
+// the reaper lives here, so any shard that is visited can never strand a
+// lease. Then ZRANGEBYSCORE due -inf now LIMIT 0 k and ZREMRANGEBYRANK due
+// 0 n-1 take the n <= k earliest due ids, which move into inflight with
+// lease deadline now + lease. The deadline doubles as the lease token that
+// ack, release and deadletter must present.
+//
+// Returns {now, head, reaped, id, token, due, envelope|nil, attempts, ...}:
+// five fields per claimed message in due order; head is the due time of the
+// earliest message still scheduled (-1 if none); attempts counts earlier
+// deliveries (0 on the first).
+// Complexity: O(log N + k log N).
+var claimScript = redis.NewScript(nowMs + `
+local k = tonumber(ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, k)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZADD', KEYS[1], now, id)
+  redis.call('HINCRBY', KEYS[4], id, 1)
+end
+local out = {now, -1, #expired}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, k)
+local n = #due / 2
+if n > 0 then
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+  local deadline = now + tonumber(ARGV[2])
+  for i = 1, n do
+    local id = due[2 * i - 1]
+    redis.call('ZADD', KEYS[3], deadline, id)
+    out[#out + 1] = id
+    out[#out + 1] = deadline
+    out[#out + 1] = tonumber(due[2 * i])
+    out[#out + 1] = redis.call('HGET', KEYS[2], id)
+    out[#out + 1] = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+  end
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #head > 0 then out[2] = tonumber(head[2]) end
+return out
+`)
+
+// ackScript ends the life of messages whose publish the broker confirmed.
+//
+//	KEYS[1] msg HASH   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
+//	ARGV pairs: id, lease token, id, lease token, ...
+//
+// For each id still leased with that token: remove the lease, the envelope
+// and the attempt count. An id whose lease was lost (it expired and was
+// re-queued, maybe claimed again) is left alone: this script cannot tell a
+// re-queued copy from a new message that reuses the id, and deleting the
+// latter would lose it. The price is one duplicate delivery.
+// Returns the number of ids acked. Complexity: O(n log N) for n ids.
+var ackScript = redis.NewScript(`
+local n = 0
+for i = 1, #ARGV, 2 do
+  local id = ARGV[i]
+  local s = redis.call('ZSCORE', KEYS[2], id)
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[3], id)
+    n = n + 1
+  end
+end
+return n
+`)
+
+// releaseScript gives a lease back early, after a publish failed in a way
+// that may succeed later (connection lost, nack, timeout).
+//
+//	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
+//	ARGV[1] id   ARGV[2] lease token   ARGV[3] retry delay ms
+//
+// When the lease is still held: due at now + delay, attempts + 1 (the
+// publish may have reached the broker, so the next one is a redelivery).
+// Returns 1 if released, 0 if the lease was already lost. Complexity: O(log N).
+var releaseScript = redis.NewScript(nowMs + `
+local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+return 1
+`)
+
+// deadLetterScript parks a message that cannot be delivered (corrupt
+// envelope, no route, exchange missing, returned by the broker).
+//
+//	KEYS[1] inflight ZSET   KEYS[2] dead ZSET   KEYS[3] reason HASH
+//	ARGV[1] id   ARGV[2] lease token   ARGV[3] reason text
+//
+// When the lease is still held: dead at now with the reason; the envelope
+// stays in the msg hash for inspection and redrive.
+// Returns 1 if moved, 0 if the lease was already lost. Complexity: O(log N).
+var deadLetterScript = redis.NewScript(nowMs + `
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+return 1
+`)
+
+// cancelScript removes a scheduled message.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
+//	ARGV[1] id
+//
+// Returns 1 cancelled, 0 not scheduled here, -1 in flight (too late to
+// cancel). Complexity: O(log N).
+var cancelScript = redis.NewScript(`
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return 1
+`)
+
+// rescheduleScript moves the due time of a scheduled message.
+//
+//	KEYS[1] due ZSET   KEYS[2] inflight ZSET
+//	ARGV[1] id   ARGV[2] "delay" | "at"   ARGV[3] delay ms or absolute due ms
+//	ARGV[4] wake channel   ARGV[5] shard index   ARGV[6] wake horizon ms
+//
+// Returns {1, due} moved, {0, 0} not scheduled here, {-1, 0} in flight.
+// Complexity: O(log N).
+var rescheduleScript = redis.NewScript(nowMs + wakeIfHead + `
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {-1, 0} end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, 0} end
+local due = tonumber(ARGV[3])
+if ARGV[2] == 'delay' then due = now + due end
+redis.call('ZADD', KEYS[1], 'XX', due, ARGV[1])
+wake_if_head(KEYS[1], ARGV[1], due, now, 4)
+return {1, due}
+`)
+
+// inspectScript reports where a message is.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET
+//	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH
+//	ARGV[1] id
+//
+// Returns {now, state, score, attempts, envelope|nil, reason|nil} with state
+// "scheduled" (score = due), "inflight" (score = lease deadline), "dead"
+// (score = time of death) or "unknown" (score 0). Complexity: O(1).
+var inspectScript = redis.NewScript(nowMs + `
+local id = ARGV[1]
+local state, score = 'unknown', 0
+local s = redis.call('ZSCORE', KEYS[3], id)
+if s then state, score = 'inflight', s else
+  s = redis.call('ZSCORE', KEYS[1], id)
+  if s then state, score = 'scheduled', s else
+    s = redis.call('ZSCORE', KEYS[5], id)
+    if s then state, score = 'dead', s end
+  end
+end
+return {now, state, tonumber(score), tonumber(redis.call('HGET', KEYS[4], id) or '0'),
+  redis.call('HGET', KEYS[2], id), redis.call('HGET', KEYS[6], id)}
+`)
+
+// statsScript counts one shard.
+//
+//	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] dead ZSET
+//
+// Returns {now, scheduled, due now, in flight, dead, head due ms or -1}.
+// Complexity: O(log N).
+var statsScript = redis.NewScript(nowMs + `
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local h = -1
+if #head > 0 then h = tonumber(head[2]) end
+return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now),
+  redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), h}
+`)
+
+// allScripts is what Store.Load loads, so pipelines can use EVALSHA.
+var allScripts = []*redis.Script{
+	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
+	cancelScript, rescheduleScript, inspectScript, statsScript,
+}

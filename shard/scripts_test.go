@@ -1,0 +1,432 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+var (
+	srv    *shardtest.Redis
+	srvErr error
+)
+
+func TestMain(m *testing.M) {
+	srv, srvErr = shardtest.StartRedis(shardtest.RedisOptions{})
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+type fixed int
+
+func (f fixed) ShardCount() (int, error) { return int(f), nil }
+
+// bundle is what most tests need: a fresh namespace on the shared server.
+type bundle struct {
+	ctx   context.Context
+	rdb   *redis.Client
+	store *shard.Store
+	prod  *shard.Producer
+	m     int
+}
+
+func setup(t *testing.T, m int) *bundle {
+	t.Helper()
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	rdb := srv.Client(t)
+	st, err := shard.NewStore(rdb, shardtest.Namespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{ctx: t.Context(), rdb: rdb, store: st, prod: shard.NewProducer(st, fixed(m), shard.ProducerOptions{}), m: m}
+}
+
+func (b *bundle) enqueue(t *testing.T, id string, delay time.Duration) shard.Scheduled {
+	t.Helper()
+	s, err := b.prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Body: []byte("body of " + id), Delay: delay})
+	if err != nil {
+		t.Fatalf("enqueue %s: %v", id, err)
+	}
+	return s
+}
+
+// claimAll claims from every shard once.
+func (b *bundle) claimAll(t *testing.T, k int, lease time.Duration) []shard.Claimed {
+	t.Helper()
+	var out []shard.Claimed
+	for i := range b.m {
+		r, err := b.store.Claim(b.ctx, i, k, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Msgs {
+			if c.DueMs > r.NowMs {
+				t.Fatalf("claimed %s due %d at Redis time %d: early", c.ID, c.DueMs, r.NowMs)
+			}
+		}
+		out = append(out, r.Msgs...)
+	}
+	return out
+}
+
+func TestClaimNeverEarly(t *testing.T) {
+	b := setup(t, 4)
+	due := map[string]int64{}
+	for i := range 40 {
+		id := fmt.Sprintf("m%d", i)
+		due[id] = b.enqueue(t, id, time.Duration(i*10)*time.Millisecond).Due.UnixMilli()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(due) > 0 && time.Now().Before(deadline) {
+		for i := range b.m {
+			r, err := b.store.Claim(b.ctx, i, 3, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range r.Msgs {
+				if want := due[c.ID]; c.DueMs != want || r.NowMs < want {
+					t.Fatalf("%s: claimed at %d, due %d (enqueue said %d)", c.ID, r.NowMs, c.DueMs, want)
+				}
+				if c.Attempt != 1 {
+					t.Errorf("%s: attempt %d on first delivery", c.ID, c.Attempt)
+				}
+				env, err := shard.DecodeEnvelope(c.Envelope)
+				if err != nil || string(env.Body) != "body of "+c.ID {
+					t.Errorf("%s: envelope %+v, %v", c.ID, env, err)
+				}
+				delete(due, c.ID)
+			}
+			if r.HeadMs != -1 && r.HeadMs <= r.NowMs && len(r.Msgs) < 3 {
+				t.Errorf("shard %d: head %d due at %d but claim returned only %d", i, r.HeadMs, r.NowMs, len(r.Msgs))
+			}
+		}
+	}
+	if len(due) > 0 {
+		t.Fatalf("never claimed: %v", due)
+	}
+}
+
+func TestClaimBatchAtMostK(t *testing.T) {
+	b := setup(t, 1)
+	for i := range 10 {
+		b.enqueue(t, fmt.Sprintf("m%d", i), 0)
+	}
+	for _, c := range []struct{ k, want int }{{1, 1}, {3, 3}, {100, 6}} { // 10 due in all
+		r, err := b.store.Claim(b.ctx, 0, c.k, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Msgs) != c.want {
+			t.Errorf("k=%d: claimed %d, want %d", c.k, len(r.Msgs), c.want)
+		}
+		for j := 1; j < len(r.Msgs); j++ {
+			if r.Msgs[j].DueMs < r.Msgs[j-1].DueMs {
+				t.Errorf("k=%d: not in due order", c.k)
+			}
+		}
+	}
+	if _, err := b.store.Claim(b.ctx, 0, 0, time.Minute); err == nil {
+		t.Error("k=0 accepted")
+	}
+}
+
+func TestHeadAndEmptyShard(t *testing.T) {
+	b := setup(t, 1)
+	r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
+	if err != nil || r.HeadMs != -1 || len(r.Msgs) != 0 {
+		t.Fatalf("empty shard: %+v, %v", r, err)
+	}
+	s := b.enqueue(t, "later", time.Hour)
+	r, err = b.store.Claim(b.ctx, 0, 1, time.Minute)
+	if err != nil || r.HeadMs != s.Due.UnixMilli() || len(r.Msgs) != 0 {
+		t.Fatalf("future head: %+v, %v (due %d)", r, err, s.Due.UnixMilli())
+	}
+}
+
+func TestCancelledIsNeverClaimed(t *testing.T) {
+	b := setup(t, 2)
+	b.enqueue(t, "keep", 0)
+	b.enqueue(t, "drop", 0)
+	if err := b.prod.Cancel(b.ctx, "drop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.prod.Cancel(b.ctx, "drop"); !errors.Is(err, shard.ErrNotFound) {
+		t.Errorf("second cancel: %v, want ErrNotFound", err)
+	}
+	got := b.claimAll(t, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != "keep" {
+		t.Fatalf("claimed %v", got)
+	}
+	if err := b.prod.Cancel(b.ctx, "keep"); !errors.Is(err, shard.ErrInFlight) {
+		t.Errorf("cancel in flight: %v, want ErrInFlight", err)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "drop"); info.State != shard.StateUnknown {
+		t.Errorf("cancelled message state %s", info.State)
+	}
+}
+
+func TestRescheduleMovesDue(t *testing.T) {
+	b := setup(t, 1)
+	s := b.enqueue(t, "m", time.Hour)
+	due, err := b.prod.RescheduleAfter(b.ctx, "m", 0)
+	if err != nil || !due.Before(s.Due) {
+		t.Fatalf("reschedule earlier: %v, %v", due, err)
+	}
+	if got := b.claimAll(t, 1, time.Minute); len(got) != 1 || got[0].DueMs != due.UnixMilli() {
+		t.Fatalf("claimed %+v, want due %d", got, due.UnixMilli())
+	}
+	if _, err := b.prod.RescheduleAfter(b.ctx, "m", time.Hour); !errors.Is(err, shard.ErrInFlight) {
+		t.Errorf("reschedule in flight: %v", err)
+	}
+	if _, err := b.prod.RescheduleAfter(b.ctx, "nope", time.Hour); !errors.Is(err, shard.ErrNotFound) {
+		t.Errorf("reschedule unknown: %v", err)
+	}
+	b.enqueue(t, "n", 0)
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if due, err := b.prod.Reschedule(b.ctx, "n", at); err != nil || !due.Equal(at) {
+		t.Fatalf("reschedule to %v: %v, %v", at, due, err)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "n"); !info.At.Equal(at) {
+		t.Errorf("inspect after reschedule: due %v, want %v", info.At, at)
+	}
+	if got := b.claimAll(t, 1, time.Minute); len(got) != 0 {
+		t.Errorf("claimed a message moved an hour ahead: %+v", got)
+	}
+}
+
+func TestInspectStates(t *testing.T) {
+	b := setup(t, 1)
+	s := b.enqueue(t, "m", 0)
+	info, err := b.prod.Inspect(b.ctx, "m")
+	if err != nil || info.State != shard.StateScheduled || !info.At.Equal(s.Due) || info.Envelope == nil ||
+		info.Envelope.Topic != "t" {
+		t.Fatalf("scheduled: %+v, %v", info, err)
+	}
+	c := b.claimAll(t, 1, time.Minute)[0]
+	if info, _ = b.prod.Inspect(b.ctx, "m"); info.State != shard.StateInFlight || info.At.UnixMilli() != c.Token {
+		t.Fatalf("in flight: %+v", info)
+	}
+	if ok, err := b.store.DeadLetter(b.ctx, 0, c.Lease, "exchange missing"); !ok || err != nil {
+		t.Fatalf("dead-letter: %v %v", ok, err)
+	}
+	if info, _ = b.prod.Inspect(b.ctx, "m"); info.State != shard.StateDead || info.Reason != "exchange missing" || info.Envelope == nil {
+		t.Fatalf("dead: %+v", info)
+	}
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "m", Topic: "t"}); !errors.Is(err, shard.ErrDuplicate) {
+		t.Errorf("enqueue over a dead message: %v, want ErrDuplicate", err)
+	}
+	if info, _ = b.prod.Inspect(b.ctx, "never"); info.State != shard.StateUnknown {
+		t.Fatalf("unknown: %+v", info)
+	}
+}
+
+func TestDuplicatesRefusedUpsertReplaces(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "m", time.Hour)
+	_, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "m", Topic: "other"})
+	if !errors.Is(err, shard.ErrDuplicate) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if _, err := b.prod.Upsert(b.ctx, shard.Message{ID: "m", Topic: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.claimAll(t, 1, time.Minute)
+	if len(got) != 1 {
+		t.Fatalf("upserted message not due now: %v", got)
+	}
+	if env, _ := shard.DecodeEnvelope(got[0].Envelope); env.Topic != "other" {
+		t.Errorf("upsert kept old envelope: %+v", env)
+	}
+	if _, err := b.prod.Upsert(b.ctx, shard.Message{ID: "m", Topic: "x"}); !errors.Is(err, shard.ErrInFlight) {
+		t.Errorf("upsert in flight: %v", err)
+	}
+}
+
+func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "m", 0)
+	first := b.claimAll(t, 1, 50*time.Millisecond)[0]
+	var again shard.Claimed
+	waitFor(t, 5*time.Second, func() bool {
+		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Msgs) == 1 {
+			again = r.Msgs[0]
+			return true
+		}
+		return false
+	})
+	if again.ID != "m" || again.Attempt != 2 || again.Token == first.Token {
+		t.Fatalf("redelivery %+v after %+v", again, first)
+	}
+	// The first holder lost its lease: its ack changes nothing.
+	if n, err := b.store.Ack(b.ctx, 0, first.Lease); n != 0 || err != nil {
+		t.Errorf("ack with a lost lease: %d, %v", n, err)
+	}
+	if n, err := b.store.Ack(b.ctx, 0, again.Lease); n != 1 || err != nil {
+		t.Errorf("ack: %d, %v", n, err)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "m"); info.State != shard.StateUnknown {
+		t.Errorf("after ack: %+v", info)
+	}
+	if n, _ := b.rdb.HLen(b.ctx, shard.ShardKeys(b.store.Namespace(), 0).Attempts).Result(); n != 0 {
+		t.Errorf("attempts hash keeps %d entries after ack", n)
+	}
+}
+
+func TestReleaseRequeuesLater(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "m", 0)
+	c := b.claimAll(t, 1, time.Minute)[0]
+	if ok, err := b.store.Release(b.ctx, 0, c.Lease, time.Hour); !ok || err != nil {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	info, _ := b.prod.Inspect(b.ctx, "m")
+	if info.State != shard.StateScheduled || info.Attempts != 1 || time.Until(info.At) < 50*time.Minute {
+		t.Fatalf("after release: %+v", info)
+	}
+	if ok, _ := b.store.Release(b.ctx, 0, c.Lease, 0); ok {
+		t.Error("released twice")
+	}
+}
+
+func TestWakeNoticeForNewHead(t *testing.T) {
+	b := setup(t, 1)
+	sub := b.rdb.Subscribe(b.ctx, shard.WakeChannel(b.store.Namespace()))
+	defer sub.Close()
+	if _, err := sub.Receive(b.ctx); err != nil { // subscription confirmed
+		t.Fatal(err)
+	}
+	b.enqueue(t, "far", time.Hour) // beyond the horizon: no notice
+	s := b.enqueue(t, "near", 200*time.Millisecond)
+	b.enqueue(t, "behind", 300*time.Millisecond) // not the head: no notice
+	msg, err := sub.ReceiveMessage(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, due, err := shard.ParseNotice(msg.Payload)
+	if err != nil || i != 0 || due != s.Due.UnixMilli() {
+		t.Fatalf("notice %q: %d %d %v, want shard 0 due %d", msg.Payload, i, due, err, s.Due.UnixMilli())
+	}
+	if _, err := b.prod.RescheduleAfter(b.ctx, "far", 0); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err = sub.ReceiveMessage(b.ctx); err != nil || !strings.HasPrefix(msg.Payload, "0:") {
+		t.Fatalf("reschedule notice %v %v", msg, err)
+	}
+}
+
+func TestEnqueueBatch(t *testing.T) {
+	b := setup(t, 4)
+	b.enqueue(t, "dup", time.Hour)
+	msgs := []shard.Message{
+		{ID: "a", Topic: "t"},
+		{ID: "dup", Topic: "t"},
+		{ID: "", Topic: "t"},
+		{ID: "b", Exchange: "x", RoutingKey: "k", Delay: time.Hour},
+	}
+	// A flushed script cache (Redis restarted) must not fail the batch.
+	if err := b.rdb.ScriptFlush(b.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[3].Err != nil || !errors.Is(res[1].Err, shard.ErrDuplicate) || !errors.Is(res[2].Err, shard.ErrInvalid) {
+		t.Fatalf("results %+v", res)
+	}
+	if res[3].Shard != shard.Of("b", 4) || res[3].Due.IsZero() {
+		t.Errorf("result for b: %+v", res[3])
+	}
+}
+
+func TestStats(t *testing.T) {
+	b := setup(t, 2)
+	b.enqueue(t, "now1", 0)
+	b.enqueue(t, "now2", 0)
+	b.enqueue(t, "later", time.Hour)
+	st, err := b.store.Stats(b.ctx, b.m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sched, dueNow int64
+	for _, s := range st {
+		sched += s.Scheduled
+		dueNow += s.DueNow
+	}
+	if sched != 3 || dueNow != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCorruptReplyTypesAreErrors(t *testing.T) {
+	b := setup(t, 1)
+	// Someone wrote a string where the due ZSET should be.
+	if err := b.rdb.Set(b.ctx, shard.ShardKeys(b.store.Namespace(), 0).Due, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Claim(b.ctx, 0, 1, time.Minute); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("claim on a wrong-type key: %v", err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	b := setup(t, 1)
+	ok := shard.Message{ID: "id", Topic: "t"}
+	for name, c := range map[string]struct {
+		mutate func(*shard.Message)
+		field  string
+	}{
+		"empty id":        {func(m *shard.Message) { m.ID = "" }, "id"},
+		"long id":         {func(m *shard.Message) { m.ID = strings.Repeat("x", 257) }, "id"},
+		"control id":      {func(m *shard.Message) { m.ID = "a\nb" }, "id"},
+		"negative delay":  {func(m *shard.Message) { m.Delay = -time.Second }, "delay"},
+		"huge delay":      {func(m *shard.Message) { m.Delay = 200 * 365 * 24 * time.Hour }, "delay"},
+		"absurd at":       {func(m *shard.Message) { m.At = time.Unix(5, 0) }, "at"},
+		"far at":          {func(m *shard.Message) { m.At = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
+		"big body":        {func(m *shard.Message) { m.Body = make([]byte, shard.DefaultMaxBody+1) }, "body"},
+		"reserved header": {func(m *shard.Message) { m.Headers = map[string]string{"X-DelayQ-Attempt": "1"} }, "headers[X-DelayQ-Attempt]"},
+		"empty header":    {func(m *shard.Message) { m.Headers = map[string]string{"": "v"} }, "headers"},
+		"no destination":  {func(m *shard.Message) { m.Topic = "" }, "destination"},
+		"both":            {func(m *shard.Message) { m.Exchange = "x" }, "destination"},
+		"long topic":      {func(m *shard.Message) { m.Topic = strings.Repeat("t", 256) }, "topic"},
+	} {
+		m := ok
+		c.mutate(&m)
+		_, err := b.prod.Enqueue(b.ctx, m)
+		var ie *shard.InvalidError
+		if !errors.As(err, &ie) || !errors.Is(err, shard.ErrInvalid) || ie.Field != c.field {
+			t.Errorf("%s: err %v, want invalid %s", name, err, c.field)
+		}
+	}
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "dx", RoutingKey: "queue"}); err != nil {
+		t.Errorf("default exchange with a routing key: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

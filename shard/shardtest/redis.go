@@ -1,0 +1,180 @@
+// Package shardtest starts real Redis servers for tests: loopback only, a
+// free non-default port, a temporary directory, stopped afterwards.
+//
+// When redis-server is not installed, Require skips the test, except under
+// CI=true, where a missing server is a failure.
+package shardtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNoBinary means the server's binary is not installed.
+var ErrNoBinary = errors.New("server binary not installed (run scripts/install.sh)")
+
+// Require fails tb if err is set, or skips it when the only problem is a
+// missing binary outside CI.
+func Require(tb testing.TB, err error) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrNoBinary) && os.Getenv("CI") != "true" {
+		tb.Skipf("skipping: %v", err)
+	}
+	tb.Fatalf("test server: %v", err)
+}
+
+// Redis is a redis-server child process.
+type Redis struct {
+	Addr string
+	Dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// RedisOptions configure StartRedis.
+type RedisOptions struct {
+	// AOF turns on the append-only file with appendfsync always, so that a
+	// restart (Stop then Start) keeps every acknowledged write.
+	AOF bool
+}
+
+// StartRedis starts a server in a new temporary directory and waits until
+// it answers PING. Call Stop (or Close) when done.
+func StartRedis(opts RedisOptions) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server: %w", ErrNoBinary)
+	}
+	dir, err := os.MkdirTemp("", "delayq-redis-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
+	r.args = []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--daemonize", "no"}
+	if opts.AOF {
+		r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		r.args = append(r.args, "--appendonly", "no")
+	}
+	if err := r.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start (re)starts the server process on the same port and directory.
+func (r *Redis) Start() error {
+	cmd := exec.Command(r.args[0], r.args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	r.cmd, r.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-r.done:
+			log, _ := os.ReadFile(filepath.Join(r.Dir, "log"))
+			return fmt.Errorf("redis-server exited: %s", lastLines(string(log), 5))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.kill()
+			return fmt.Errorf("redis-server on %s did not answer PING: %w", r.Addr, err)
+		}
+	}
+}
+
+// Kill stops the server with SIGKILL and waits until the process is gone.
+// Its directory (and AOF) stays for a later Start.
+func (r *Redis) Kill() { r.kill() }
+
+func (r *Redis) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	<-r.done
+	r.cmd = nil
+}
+
+// Close kills the server and removes its directory.
+func (r *Redis) Close() {
+	r.kill()
+	_ = os.RemoveAll(r.Dir)
+}
+
+// Client returns a new client of the server; the test closes it on cleanup.
+func (r *Redis) Client(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Namespace returns a namespace unique to this test, so tests can share a
+// server and run in parallel.
+func Namespace(tb testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, tb.Name())
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,400 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WakeHorizon bounds which new heads are announced on the wake channel: a
+// scanner never sleeps longer than this (scanner.MaxIdleSleep), so it will
+// look at a message due later than that anyway.
+const WakeHorizon = time.Second
+
+// Store runs the scripts of one namespace. It is safe for concurrent use.
+// The caller owns the Redis client and closes it after the Store is done.
+type Store struct {
+	rdb  redis.UniversalClient
+	ns   string
+	wake string
+}
+
+// NewStore returns a Store for namespace ns: 1..64 characters of
+// [A-Za-z0-9._-].
+func NewStore(rdb redis.UniversalClient, ns string) (*Store, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, ns: ns, wake: WakeChannel(ns)}, nil
+}
+
+// ValidateNamespace checks a namespace name.
+func ValidateNamespace(ns string) error {
+	if ns == "" || len(ns) > 64 {
+		return fmt.Errorf("namespace %q: want 1 to 64 characters", ns)
+	}
+	for _, r := range ns {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("namespace %q: character %q not allowed (use A-Z a-z 0-9 . _ -)", ns, r)
+		}
+	}
+	return nil
+}
+
+// Namespace returns the store's namespace.
+func (s *Store) Namespace() string { return s.ns }
+
+// Client returns the Redis client the store uses.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Load loads every script into Redis's script cache so that pipelines can
+// use EVALSHA. Single calls fall back to EVAL by themselves.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("load scripts: %w", err)
+		}
+	}
+	return nil
+}
+
+// Lease identifies one claim of a message: ack, release and dead-letter act
+// only while the lease with this token is still held.
+type Lease struct {
+	ID    string
+	Token int64 // the lease deadline in unix ms, as the claim script set it
+}
+
+// Claimed is one message handed out by Claim.
+type Claimed struct {
+	Lease
+	DueMs    int64  // due time this delivery was scheduled for
+	Envelope []byte // raw envelope; nil if the msg hash had none (corrupt state)
+	Attempt  int    // 1 on the first delivery, 2 on the first redelivery, ...
+}
+
+// ClaimResult is the reply of one claim.
+type ClaimResult struct {
+	NowMs  int64 // Redis clock when the script ran
+	HeadMs int64 // due time of the earliest message still scheduled; -1 if none
+	Reaped int   // expired leases re-queued by this call
+	Msgs   []Claimed
+}
+
+// Claim runs the claim script on shard i: re-queue up to k expired leases,
+// then lease up to k due messages for lease.
+func (s *Store) Claim(ctx context.Context, i, k int, lease time.Duration) (ClaimResult, error) {
+	var res ClaimResult
+	if k < 1 {
+		return res, fmt.Errorf("claim shard %d: batch size %d < 1", i, k)
+	}
+	ks := ShardKeys(s.ns, i)
+	v, err := claimScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts},
+		k, lease.Milliseconds()).Slice()
+	if err != nil {
+		return res, fmt.Errorf("claim shard %d: %w", i, err)
+	}
+	r := reply{v: v, what: "claim reply"}
+	if len(v) < 3 || (len(v)-3)%5 != 0 {
+		return res, fmt.Errorf("claim shard %d: unexpected reply of %d fields", i, len(v))
+	}
+	res.NowMs, res.HeadMs, res.Reaped = r.int(0), r.int(1), int(r.int(2))
+	if n := (len(v) - 3) / 5; n > 0 {
+		res.Msgs = make([]Claimed, n)
+		for j := range res.Msgs {
+			o := 3 + 5*j
+			res.Msgs[j] = Claimed{
+				Lease:    Lease{ID: r.str(o), Token: r.int(o + 1)},
+				DueMs:    r.int(o + 2),
+				Envelope: r.optBytes(o + 3),
+				Attempt:  int(r.int(o+4)) + 1,
+			}
+		}
+	}
+	if r.err != nil {
+		return ClaimResult{}, fmt.Errorf("claim shard %d: %w", i, r.err)
+	}
+	return res, nil
+}
+
+// Ack ends the life of confirmed messages of shard i and returns how many
+// were still leased by the caller (the others will be delivered again).
+func (s *Store) Ack(ctx context.Context, i int, leases ...Lease) (int, error) {
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	ks := ShardKeys(s.ns, i)
+	args := make([]any, 0, 2*len(leases))
+	for _, l := range leases {
+		args = append(args, l.ID, l.Token)
+	}
+	n, err := ackScript.Run(ctx, s.rdb, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("ack %d messages of shard %d: %w", len(leases), i, err)
+	}
+	return n, nil
+}
+
+// Release gives a lease of shard i back: the message is due again after
+// delay, as a redelivery. It reports false if the lease was already lost.
+func (s *Store) Release(ctx context.Context, i int, l Lease, delay time.Duration) (bool, error) {
+	ks := ShardKeys(s.ns, i)
+	n, err := releaseScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts},
+		l.ID, l.Token, delay.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("release %q in shard %d: %w", l.ID, i, err)
+	}
+	return n == 1, nil
+}
+
+// DeadLetter moves a leased message of shard i to the dead set with a
+// reason. It reports false if the lease was already lost.
+func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (bool, error) {
+	ks := ShardKeys(s.ns, i)
+	n, err := deadLetterScript.Run(ctx, s.rdb, []string{ks.Inflight, ks.Dead, ks.Reason},
+		l.ID, l.Token, reason).Int()
+	if err != nil {
+		return false, fmt.Errorf("dead-letter %q in shard %d: %w", l.ID, i, err)
+	}
+	return n == 1, nil
+}
+
+// enqueueArgs are the enqueue script's KEYS and ARGV for one message.
+func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64, upsert bool) ([]string, []any) {
+	ks := ShardKeys(s.ns, i)
+	up := "0"
+	if upsert {
+		up = "1"
+	}
+	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
+		[]any{id, env, mode, ms, up, s.wake, i, WakeHorizon.Milliseconds()}
+}
+
+// enqueueStatus maps the enqueue script's reply to (due, error).
+func enqueueStatus(v []any, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	r := reply{v: v, what: "enqueue reply"}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("unexpected enqueue reply of %d fields", len(v))
+	}
+	status, due := r.int(0), r.int(1)
+	if r.err != nil {
+		return 0, r.err
+	}
+	switch status {
+	case 1, 2:
+		return due, nil
+	case 0:
+		return 0, ErrDuplicate
+	case -1:
+		return 0, ErrInFlight
+	}
+	return 0, fmt.Errorf("unexpected enqueue status %d", status)
+}
+
+// Cancel removes a scheduled message from shard i.
+func (s *Store) Cancel(ctx context.Context, i int, id string) error {
+	ks := ShardKeys(s.ns, i)
+	n, err := cancelScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, id).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
+	case n == 0:
+		return fmt.Errorf("cancel %q: %w", id, ErrNotFound)
+	case n == -1:
+		return fmt.Errorf("cancel %q: %w", id, ErrInFlight)
+	}
+	return nil
+}
+
+// Reschedule moves the due time of a scheduled message of shard i; mode is
+// "delay" (ms after Redis TIME) or "at" (absolute unix ms).
+func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
+	ks := ShardKeys(s.ns, i)
+	v, err := rescheduleScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight},
+		id, mode, ms, s.wake, i, WakeHorizon.Milliseconds()).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
+	}
+	r := reply{v: v, what: "reschedule reply"}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("reschedule %q: unexpected reply of %d fields", id, len(v))
+	}
+	status, due := r.int(0), r.int(1)
+	switch {
+	case r.err != nil:
+		return 0, fmt.Errorf("reschedule %q: %w", id, r.err)
+	case status == 0:
+		return 0, fmt.Errorf("reschedule %q: %w", id, ErrNotFound)
+	case status == -1:
+		return 0, fmt.Errorf("reschedule %q: %w", id, ErrInFlight)
+	}
+	return due, nil
+}
+
+// State is where a message is in its life.
+type State string
+
+// The states Inspect reports.
+const (
+	StateScheduled State = "scheduled"
+	StateInFlight  State = "inflight"
+	StateDead      State = "dead"
+	StateUnknown   State = "unknown" // never enqueued, or delivered, or cancelled
+)
+
+// Info is what Inspect knows about a message.
+type Info struct {
+	ID    string
+	Shard int
+	State State
+	// At is the due time (scheduled), the lease deadline (in flight) or the
+	// time it died (dead); zero when unknown.
+	At       time.Time
+	Attempts int       // deliveries so far that were not acked (redeliveries)
+	Envelope *Envelope // nil when unknown or corrupt
+	Corrupt  error     // why Envelope could not be decoded, if it could not
+	Reason   string    // why it is dead
+	NowMs    int64     // Redis clock when inspected
+}
+
+// Inspect reports the state of message id in shard i.
+func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
+	ks := ShardKeys(s.ns, i)
+	v, err := inspectScript.Run(ctx, s.rdb,
+		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason}, id).Slice()
+	if err != nil {
+		return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
+	}
+	if len(v) != 6 {
+		return Info{}, fmt.Errorf("inspect %q: unexpected reply of %d fields", id, len(v))
+	}
+	r := reply{v: v, what: "inspect reply"}
+	info := Info{ID: id, Shard: i, NowMs: r.int(0), State: State(r.str(1)), Attempts: int(r.int(3))}
+	if ms := r.int(2); ms > 0 {
+		info.At = time.UnixMilli(ms)
+	}
+	if raw := r.optBytes(4); raw != nil {
+		if env, err := DecodeEnvelope(raw); err != nil {
+			info.Corrupt = err
+		} else {
+			info.Envelope = &env
+		}
+	}
+	info.Reason = string(r.optBytes(5))
+	if r.err != nil {
+		return Info{}, fmt.Errorf("inspect %q: %w", id, r.err)
+	}
+	return info, nil
+}
+
+// Stats are one shard's counts.
+type Stats struct {
+	Shard     int
+	Scheduled int64 // in the due set (including those due now)
+	DueNow    int64 // due but not yet claimed: the backlog
+	InFlight  int64
+	Dead      int64
+	HeadMs    int64 // due time of the earliest scheduled message; -1 if none
+	NowMs     int64 // Redis clock
+}
+
+// OldestOverdue is how long the earliest scheduled message has been due
+// (0 if none is due).
+func (st Stats) OldestOverdue() time.Duration {
+	if st.HeadMs < 0 || st.HeadMs > st.NowMs {
+		return 0
+	}
+	return time.Duration(st.NowMs-st.HeadMs) * time.Millisecond
+}
+
+// Stats counts shards [0, m) in one pipeline.
+func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
+	if err := s.Load(ctx); err != nil {
+		return nil, err
+	}
+	cmds := make([]*redis.Cmd, m)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			ks := ShardKeys(s.ns, i)
+			cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	out := make([]Stats, m)
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil || len(v) != 6 {
+			return nil, fmt.Errorf("stats of shard %d: unexpected reply %v: %w", i, v, err)
+		}
+		r := reply{v: v, what: "stats reply"}
+		out[i] = Stats{Shard: i, NowMs: r.int(0), Scheduled: r.int(1), DueNow: r.int(2),
+			InFlight: r.int(3), Dead: r.int(4), HeadMs: r.int(5)}
+		if r.err != nil {
+			return nil, fmt.Errorf("stats of shard %d: %w", i, r.err)
+		}
+	}
+	return out, nil
+}
+
+// reply reads typed fields out of a script's array reply and keeps the
+// first type error.
+type reply struct {
+	v    []any
+	what string
+	err  error
+}
+
+func (r *reply) bad(i int, want string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%s field %d: want %s, got %T %v", r.what, i, want, r.v[i], r.v[i])
+	}
+}
+
+func (r *reply) int(i int) int64 {
+	switch x := r.v[i].(type) {
+	case int64:
+		return x
+	case string:
+		if n, err := strconv.ParseInt(x, 10, 64); err == nil {
+			return n
+		}
+	}
+	r.bad(i, "integer")
+	return 0
+}
+
+func (r *reply) str(i int) string {
+	if x, ok := r.v[i].(string); ok {
+		return x
+	}
+	r.bad(i, "string")
+	return ""
+}
+
+// optBytes returns a bulk string field, or nil when it is a Redis nil.
+func (r *reply) optBytes(i int) []byte {
+	switch x := r.v[i].(type) {
+	case nil:
+		return nil
+	case string:
+		return []byte(x)
+	}
+	r.bad(i, "string or nil")
+	return nil
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT (script cache flushed,
+// e.g. after a restart): the command did not run and can be retried.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
