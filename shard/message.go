@@ -43,10 +43,10 @@ func invalid(field, format string, args ...any) error {
 
 // Limits of a message. Exceeding one is an ErrInvalid.
 const (
-	MaxIDLen     = 256              // bytes
-	MaxNameLen   = 255              // topic, exchange, routing key, content type, header key (AMQP short string)
-	MaxHeaders   = 64               // producer headers per message
-	MaxHeaderLen = 4096             // bytes of one header value
+	MaxIDLen     = 256  // bytes
+	MaxNameLen   = 255  // topic, exchange, routing key, content type, header key (AMQP short string)
+	MaxHeaders   = 64   // producer headers per message
+	MaxHeaderLen = 4096 // bytes of one header value
 	MaxDelay     = 100 * 365 * 24 * time.Hour
 	// DefaultMaxBody is the default body limit (ProducerOptions.MaxBody).
 	DefaultMaxBody = 1 << 20
