@@ -1,0 +1,560 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+// Errors of Publish and Confirm.Wait. A *ReturnedError matches ErrReturned.
+var (
+	// ErrReturned: the broker could not route the message to any queue
+	// (mandatory publish returned). Retrying will not help until the
+	// topology changes.
+	ErrReturned = errors.New("message returned by broker as unroutable")
+	// ErrNacked: the broker refused the message (nack). It may succeed later.
+	ErrNacked = errors.New("message nacked by broker")
+	// ErrConnectionLost: the channel or connection closed before the broker
+	// confirmed. The message may or may not have been delivered.
+	ErrConnectionLost = errors.New("connection lost before confirm")
+	// ErrClosed: the publisher was closed.
+	ErrClosed = errors.New("publisher closed")
+)
+
+// ReturnedError carries the broker's reason for a returned message.
+type ReturnedError struct {
+	Exchange, RoutingKey string
+	Code                 uint16
+	Text                 string
+}
+
+func (e *ReturnedError) Error() string {
+	return fmt.Sprintf("returned by broker: %d %s (exchange %q, routing key %q)", e.Code, e.Text, e.Exchange, e.RoutingKey)
+}
+
+// Is reports target == ErrReturned.
+func (e *ReturnedError) Is(target error) bool { return target == ErrReturned }
+
+// Message is one AMQP publish. It is always persistent and mandatory.
+type Message struct {
+	Exchange, RoutingKey string
+	MessageID            string
+	ContentType          string
+	Headers              amqp.Table
+	Body                 []byte
+	Timestamp            time.Time
+}
+
+// Options configure a Publisher. Zero fields take the documented defaults.
+type Options struct {
+	URL string // amqp:// or amqps:// URL; required
+	// Channels is the number of AMQP channels publishes are spread over.
+	// Default 4.
+	Channels int
+	// DialTimeout bounds one connection attempt. Default 10s.
+	DialTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait between reconnect attempts,
+	// which doubles after each failure. Defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// ExchangeTTL is how long a positive ExchangeExists answer is cached.
+	// Default 30s.
+	ExchangeTTL time.Duration
+	// ConnectionName is shown in the RabbitMQ management UI.
+	ConnectionName string
+}
+
+func (o *Options) defaults() {
+	if o.Channels <= 0 {
+		o.Channels = 4
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+	if o.ExchangeTTL <= 0 {
+		o.ExchangeTTL = 30 * time.Second
+	}
+}
+
+// confirmBuffer is the capacity of each channel's confirm listener. The
+// client library drops a confirm that cannot be delivered within 5s, so the
+// buffer must hold every outstanding confirm; a dropped one shows up as a
+// Confirm.Wait timeout, never as a false success.
+const confirmBuffer = 8192
+
+// Publisher publishes persistent, mandatory messages in confirm mode over
+// one connection and a pool of channels, reconnecting with backoff.
+type Publisher struct {
+	opts Options
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	chans   []*channel
+	ready   bool
+	blocked bool
+	readyCh chan struct{} // closed while ready
+	closed  bool
+
+	rr     atomic.Uint64
+	exMu   sync.Mutex
+	exSeen map[string]time.Time // exchange -> when it was seen to exist
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a Publisher. Call Start to connect and Close to stop.
+func New(opts Options, log *zap.Logger) (*Publisher, error) {
+	opts.defaults()
+	if _, err := amqp.ParseURI(opts.URL); err != nil {
+		return nil, fmt.Errorf("AMQP URL %s: %w", Redact(opts.URL), err)
+	}
+	return &Publisher{opts: opts, log: log.Named("publisher"), readyCh: make(chan struct{}), exSeen: map[string]time.Time{}}, nil
+}
+
+// Redact hides the password of an AMQP (or any) URL for logs and errors.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Start launches the goroutine that owns the connection: it dials, keeps
+// the channel pool open, and redials with backoff after a failure, until
+// ctx ends or Close is called. It returns at once; use WaitReady.
+func (p *Publisher) Start(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	p.wg.Go(func() { p.superviseConnection(ctx) })
+}
+
+// Close stops reconnecting, closes the connection and fails the confirms
+// still outstanding with ErrConnectionLost. It waits for every goroutine of
+// the publisher. It is safe to call more than once.
+func (p *Publisher) Close() error {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.mu.Lock()
+	p.closed = true
+	conn := p.conn
+	p.mu.Unlock()
+	var err error
+	if conn != nil {
+		if cerr := conn.Close(); cerr != nil && !errors.Is(cerr, amqp.ErrClosed) {
+			err = fmt.Errorf("close AMQP connection: %w", cerr)
+		}
+	}
+	p.wg.Wait()
+	return err
+}
+
+// Ready reports whether a publish can go out now: connected, channels
+// open, and the broker not blocking the connection (resource alarm).
+func (p *Publisher) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ready && !p.blocked
+}
+
+// WaitReady blocks until Ready or ctx ends.
+func (p *Publisher) WaitReady(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return ErrClosed
+		}
+		if p.ready && !p.blocked {
+			p.mu.Unlock()
+			return nil
+		}
+		ch := p.readyCh
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setState updates readiness; callers hold p.mu.
+func (p *Publisher) setStateLocked(ready, blocked bool) {
+	was := p.ready && !p.blocked
+	p.ready, p.blocked = ready, blocked
+	now := p.ready && !p.blocked
+	switch {
+	case now && !was:
+		close(p.readyCh)
+	case !now && was:
+		p.readyCh = make(chan struct{})
+	}
+}
+
+func (p *Publisher) superviseConnection(ctx context.Context) {
+	backoff := p.opts.MinBackoff
+	for attempt := 1; ; attempt++ {
+		conn, err := p.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Warn("AMQP connect failed; retrying", zap.String("url", Redact(p.opts.URL)),
+				zap.Int("attempt", attempt), zap.Duration("backoff", backoff), zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, p.opts.MaxBackoff)
+			continue
+		}
+		p.log.Info("AMQP connected", zap.String("url", Redact(p.opts.URL)), zap.Int("channels", p.opts.Channels))
+		attempt, backoff = 0, p.opts.MinBackoff
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	watch:
+		for {
+			select {
+			case <-ctx.Done():
+				_ = conn.Close()
+				p.dropConnection(conn)
+				return
+			case b := <-blocked:
+				p.mu.Lock()
+				p.setStateLocked(p.ready, b.Active)
+				p.mu.Unlock()
+				if b.Active {
+					p.log.Warn("RabbitMQ blocked the connection; not publishing", zap.String("reason", b.Reason))
+				} else {
+					p.log.Info("RabbitMQ unblocked the connection")
+				}
+			case e := <-closed:
+				p.log.Warn("AMQP connection closed; reconnecting", zap.Error(amqpErr(e)))
+				break watch
+			}
+		}
+		p.dropConnection(conn)
+	}
+}
+
+func amqpErr(e *amqp.Error) error {
+	if e == nil {
+		return errors.New("closed")
+	}
+	return e
+}
+
+// connect dials and opens the channel pool.
+func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	if p.opts.ConnectionName != "" {
+		props.SetClientConnectionName(p.opts.ConnectionName)
+	}
+	conn, err := amqp.DialConfig(p.opts.URL, amqp.Config{
+		Dial:       amqp.DefaultDial(p.opts.DialTimeout),
+		Heartbeat:  10 * time.Second,
+		Properties: props,
+	})
+	if err != nil {
+		return nil, err
+	}
+	chans := make([]*channel, p.opts.Channels)
+	for i := range chans {
+		c, err := openChannel(conn)
+		if err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("open channel: %w", err)
+		}
+		chans[i] = c
+	}
+	p.mu.Lock()
+	if p.closed || ctx.Err() != nil {
+		p.mu.Unlock()
+		_ = conn.Close()
+		return nil, ErrClosed
+	}
+	p.conn, p.chans = conn, chans
+	p.setStateLocked(true, false)
+	p.mu.Unlock()
+	for _, c := range chans {
+		p.wg.Go(func() { p.handleChannel(conn, c) })
+	}
+	return conn, nil
+}
+
+func (p *Publisher) dropConnection(conn *amqp.Connection) {
+	p.mu.Lock()
+	if p.conn == conn {
+		p.conn, p.chans = nil, nil
+		p.setStateLocked(false, false)
+	}
+	p.mu.Unlock()
+}
+
+// channel is one AMQP channel of the pool with its outstanding confirms.
+type channel struct {
+	pubMu sync.Mutex // serializes sequence numbers and publishes
+	ch    *amqp.Channel
+
+	mu       sync.Mutex
+	pending  map[uint64]*Confirm
+	returned map[string][]amqp.Return // message id -> returns not yet matched to an ack
+	dead     bool
+
+	confirms chan amqp.Confirmation
+	returns  chan amqp.Return
+}
+
+func openChannel(conn *amqp.Connection) (*channel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	c := &channel{ch: ch, pending: map[uint64]*Confirm{}, returned: map[string][]amqp.Return{}}
+	// Returns are unbuffered and confirms are read by the same goroutine:
+	// the library's reader blocks until a return is taken, so a return is
+	// always seen before the ack of the same publish.
+	c.returns = ch.NotifyReturn(make(chan amqp.Return))
+	c.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
+	return c, nil
+}
+
+// handleChannel resolves confirms of c until the channel closes, then
+// fails what is left and, while the connection lives, reopens the channel
+// in place (a channel error such as a missing exchange closes only it).
+func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
+	for {
+		c.resolve()
+		if conn.IsClosed() {
+			return
+		}
+		for backoff := p.opts.MinBackoff; ; backoff = min(2*backoff, p.opts.MaxBackoff) {
+			nc, err := openChannel(conn)
+			if err == nil {
+				c.pubMu.Lock()
+				c.mu.Lock()
+				c.ch, c.confirms, c.returns, c.dead = nc.ch, nc.confirms, nc.returns, false
+				c.pending, c.returned = nc.pending, nc.returned
+				c.mu.Unlock()
+				c.pubMu.Unlock()
+				p.log.Info("AMQP channel reopened")
+				break
+			}
+			if conn.IsClosed() {
+				return
+			}
+			p.log.Warn("reopen AMQP channel failed", zap.Error(err))
+			time.Sleep(backoff)
+		}
+	}
+}
+
+// resolve reads returns and confirms until the channel closes.
+func (c *channel) resolve() {
+	c.mu.Lock()
+	returns, confirms := c.returns, c.confirms
+	c.mu.Unlock()
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			c.mu.Lock()
+			c.returned[r.MessageId] = append(c.returned[r.MessageId], r)
+			c.mu.Unlock()
+		case cf, ok := <-confirms:
+			if !ok {
+				c.failAll()
+				return
+			}
+			c.mu.Lock()
+			f := c.pending[cf.DeliveryTag]
+			delete(c.pending, cf.DeliveryTag)
+			var ret *amqp.Return
+			if f != nil {
+				if rs := c.returned[f.id]; len(rs) > 0 {
+					ret = &rs[0]
+					if len(rs) == 1 {
+						delete(c.returned, f.id)
+					} else {
+						c.returned[f.id] = rs[1:]
+					}
+				}
+			}
+			c.mu.Unlock()
+			switch {
+			case f == nil:
+			case !cf.Ack:
+				f.resolve(ErrNacked)
+			case ret != nil:
+				f.resolve(&ReturnedError{Exchange: ret.Exchange, RoutingKey: ret.RoutingKey, Code: ret.ReplyCode, Text: ret.ReplyText})
+			default:
+				f.resolve(nil)
+			}
+		}
+	}
+}
+
+func (c *channel) failAll() {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending, c.returned, c.dead = map[uint64]*Confirm{}, map[string][]amqp.Return{}, true
+	c.mu.Unlock()
+	for _, f := range pending {
+		f.resolve(ErrConnectionLost)
+	}
+}
+
+// Confirm is the outcome of one publish, known once the broker confirms.
+type Confirm struct {
+	id   string
+	done chan struct{}
+	err  error
+}
+
+func (f *Confirm) resolve(err error) {
+	f.err = err
+	close(f.done)
+}
+
+// Done is closed when the outcome is known.
+func (f *Confirm) Done() <-chan struct{} { return f.done }
+
+// Wait returns nil once the broker confirmed the message, ErrReturned (a
+// *ReturnedError), ErrNacked or ErrConnectionLost, or ctx's error if ctx
+// ends first (the outcome is then unknown).
+func (f *Confirm) Wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Publish sends m and returns at once with a Confirm to wait on. It waits
+// for a connection while there is none, until ctx ends.
+func (p *Publisher) Publish(ctx context.Context, m Message) (*Confirm, error) {
+	for {
+		if err := p.WaitReady(ctx); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		chans := p.chans
+		p.mu.Unlock()
+		if len(chans) == 0 {
+			continue
+		}
+		c := chans[p.rr.Add(1)%uint64(len(chans))]
+		f, err := c.publish(ctx, m)
+		if errors.Is(err, errChannelDead) {
+			// The channel is being reopened; another one, or the same one
+			// shortly, will take the message.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		return f, err
+	}
+}
+
+var errChannelDead = errors.New("channel closed")
+
+func (c *channel) publish(ctx context.Context, m Message) (*Confirm, error) {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return nil, errChannelDead
+	}
+	ch := c.ch
+	seq := ch.GetNextPublishSeqNo()
+	f := &Confirm{id: m.MessageID, done: make(chan struct{})}
+	c.pending[seq] = f
+	c.mu.Unlock()
+	err := ch.PublishWithContext(ctx, m.Exchange, m.RoutingKey, true, false, amqp.Publishing{
+		Headers:      m.Headers,
+		ContentType:  m.ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.MessageID,
+		Timestamp:    m.Timestamp,
+		Body:         m.Body,
+	})
+	if err != nil {
+		c.mu.Lock()
+		delete(c.pending, seq)
+		c.mu.Unlock()
+		if errors.Is(err, amqp.ErrClosed) {
+			return nil, errChannelDead
+		}
+		return nil, fmt.Errorf("publish %q: %w", m.MessageID, err)
+	}
+	return f, nil
+}
+
+// ExchangeExists reports whether exchange name exists (passive declare on a
+// throwaway channel). "" (the default exchange) always exists. Positive
+// answers are cached for Options.ExchangeTTL; negative ones are not.
+func (p *Publisher) ExchangeExists(ctx context.Context, name string) (bool, error) {
+	if name == "" {
+		return true, nil
+	}
+	p.exMu.Lock()
+	seen, ok := p.exSeen[name]
+	p.exMu.Unlock()
+	if ok && time.Since(seen) < p.opts.ExchangeTTL {
+		return true, nil
+	}
+	if err := p.WaitReady(ctx); err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil {
+		return false, ErrConnectionLost
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("check exchange %q: %w", name, err)
+	}
+	err = ch.ExchangeDeclarePassive(name, "direct", false, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, nil // the server closed the probe channel
+	}
+	_ = ch.Close()
+	if err != nil {
+		return false, fmt.Errorf("check exchange %q: %w", name, err)
+	}
+	p.exMu.Lock()
+	p.exSeen[name] = time.Now()
+	p.exMu.Unlock()
+	return true, nil
+}

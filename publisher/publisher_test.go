@@ -1,0 +1,240 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/publisher/publishertest"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+var (
+	rabbit    *publishertest.Rabbit
+	rabbitErr error
+)
+
+func TestMain(m *testing.M) {
+	rabbit, rabbitErr = publishertest.StartRabbit()
+	code := m.Run()
+	if rabbit != nil {
+		rabbit.Close()
+	}
+	os.Exit(code)
+}
+
+// topology declares a fanout-free direct exchange with one bound queue
+// ("routed") under a name unique to the test, and returns a consumer of it.
+func topology(t *testing.T, url string) (exchange string, deliveries <-chan amqp.Delivery) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange = shardtest.Namespace(t)
+	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, "routed", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exchange, d
+}
+
+func start(t *testing.T, url string) *publisher.Publisher {
+	t.Helper()
+	p, err := publisher.New(publisher.Options{URL: url, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start(t.Context())
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPublishConfirmed(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	ex, deliveries := topology(t, rabbit.URL)
+	p := start(t, rabbit.URL)
+	ts := time.Unix(1700000000, 0)
+	f, err := p.Publish(t.Context(), publisher.Message{Exchange: ex, RoutingKey: "routed", MessageID: "m1",
+		ContentType: "text/plain", Headers: amqp.Table{"x-delayq-attempt": int32(1)}, Body: []byte("hi"), Timestamp: ts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Wait(t.Context()); err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	d := <-deliveries
+	if d.MessageId != "m1" || d.DeliveryMode != amqp.Persistent || string(d.Body) != "hi" ||
+		d.ContentType != "text/plain" || d.Headers["x-delayq-attempt"] != int32(1) || !d.Timestamp.Equal(ts) {
+		t.Errorf("delivered %+v", d)
+	}
+}
+
+// TestReturnsMatchTheirPublishes interleaves routable and unroutable
+// publishes from many goroutines: each Confirm must report its own fate.
+func TestReturnsMatchTheirPublishes(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	ex, deliveries := topology(t, rabbit.URL)
+	p := start(t, rabbit.URL)
+	const n = 2000
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := g; i < n; i += 16 {
+				rk := "routed"
+				if i%3 == 0 {
+					rk = "nowhere"
+				}
+				f, err := p.Publish(t.Context(), publisher.Message{Exchange: ex, RoutingKey: rk, MessageID: fmt.Sprint(i)})
+				if err == nil {
+					err = f.Wait(t.Context())
+				}
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var re *publisher.ReturnedError
+		switch {
+		case i%3 == 0 && (!errors.As(err, &re) || re.Code != amqp.NoRoute || re.RoutingKey != "nowhere"):
+			t.Fatalf("message %d (unroutable): %v, want ReturnedError NO_ROUTE", i, err)
+		case i%3 != 0 && err != nil:
+			t.Fatalf("message %d (routable): %v", i, err)
+		}
+	}
+	got := 0
+	for got < n-(n+2)/3 {
+		<-deliveries
+		got++
+	}
+}
+
+func TestMissingExchange(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	ex, deliveries := topology(t, rabbit.URL)
+	p := start(t, rabbit.URL)
+	if ok, err := p.ExchangeExists(t.Context(), "no-such-exchange"); ok || err != nil {
+		t.Fatalf("missing exchange: %v, %v", ok, err)
+	}
+	if ok, err := p.ExchangeExists(t.Context(), ex); !ok || err != nil {
+		t.Fatalf("existing exchange: %v, %v", ok, err)
+	}
+	// Publishing to it anyway closes that channel: the confirm fails, and
+	// the channel comes back for the next publish.
+	for range 4 { // hit every channel of the pool
+		f, err := p.Publish(t.Context(), publisher.Message{Exchange: "no-such-exchange", MessageID: "x"})
+		if err == nil {
+			err = f.Wait(t.Context())
+		}
+		if !errors.Is(err, publisher.ErrConnectionLost) {
+			t.Fatalf("publish to a missing exchange: %v, want ErrConnectionLost", err)
+		}
+	}
+	for i := range 8 {
+		f, err := p.Publish(t.Context(), publisher.Message{Exchange: ex, RoutingKey: "routed", MessageID: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Wait(t.Context()); err != nil {
+			t.Fatalf("after channel error: %v", err)
+		}
+		<-deliveries
+	}
+}
+
+func TestReconnectAfterBrokerRestart(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	own, err := publishertest.StartRabbit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	p := start(t, own.URL)
+	own.Kill()
+	waitFor(t, 10*time.Second, func() bool { return !p.Ready() })
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	if _, err := p.Publish(ctx, publisher.Message{RoutingKey: "q", MessageID: "m"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("publish while down: %v, want to wait for the connection", err)
+	}
+	cancel()
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatalf("no reconnect: %v", err)
+	}
+	// The default exchange routes to no queue named "q": returned, which
+	// proves a round trip through the new connection.
+	f, err := p.Publish(t.Context(), publisher.Message{RoutingKey: "q", MessageID: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Wait(t.Context()); !errors.Is(err, publisher.ErrReturned) {
+		t.Fatalf("after reconnect: %v, want ErrReturned", err)
+	}
+}
+
+func TestBadURL(t *testing.T) {
+	_, err := publisher.New(publisher.Options{URL: "http://user:secret@host/"}, zaptest.NewLogger(t))
+	if err == nil {
+		t.Fatal("http URL accepted")
+	}
+	if s := err.Error(); strings.Contains(s, "secret") {
+		t.Errorf("error leaks the password: %s", s)
+	}
+	if r := publisher.Redact("amqp://guest:secret@h:5672/"); strings.Contains(r, "secret") {
+		t.Errorf("Redact = %s", r)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,177 @@
+// Package publishertest starts real RabbitMQ nodes for tests: loopback
+// only, free non-default ports (AMQP, distribution and a private epmd), a
+// temporary directory, stopped afterwards.
+//
+// When rabbitmq-server is not installed, shardtest.Require skips the test,
+// except under CI=true, where a missing server is a failure.
+package publishertest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+const rabbitBin = "/usr/lib/rabbitmq/bin/"
+
+// Rabbit is a RabbitMQ node run as a child process group.
+type Rabbit struct {
+	URL  string // amqp://guest:guest@127.0.0.1:PORT/
+	Dir  string
+	env  []string
+	epmd *exec.Cmd // our own epmd on a private port, owned and killed by PID
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartRabbit starts a node in a new temporary directory and waits until it
+// accepts AMQP connections (about 5-10 s).
+func StartRabbit() (*Rabbit, error) {
+	if _, err := os.Stat(rabbitBin + "rabbitmq-server"); err != nil {
+		return nil, fmt.Errorf("rabbitmq-server: %w", shardtest.ErrNoBinary)
+	}
+	dir, err := os.MkdirTemp("", "delayq-rabbit-")
+	if err != nil {
+		return nil, err
+	}
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = shardtest.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	amqpPort, distPort, epmdPort := ports[0], ports[1], ports[2]
+	files := map[string]string{
+		"rabbit.conf":     fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort),
+		"advanced.config": "[].\n",
+		"plugins":         "[].\n",
+		"env.conf":        "",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
+	r := &Rabbit{
+		URL:  fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
+		Dir:  dir,
+	}
+	r.env = append(os.Environ(),
+		"HOME="+dir,
+		"RABBITMQ_NODENAME=delayq"+strconv.Itoa(amqpPort)+"@localhost",
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(amqpPort),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbit.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "plugins"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "env.conf"),
+		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"ERL_EPMD_PORT="+strconv.Itoa(epmdPort),
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+erlArgs,
+		"RABBITMQ_CTL_ERL_ARGS="+erlArgs,
+	)
+	// Start epmd ourselves (in the foreground, as a child) so that Close can
+	// stop it by PID; the node registers with it instead of spawning a
+	// daemon that would outlive the test.
+	r.epmd = exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")
+	r.epmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := r.epmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start epmd: %w", err)
+	}
+	if err := r.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start (re)starts the node with the same ports and data directory, so
+// durable queues and persistent messages survive a Kill.
+func (r *Rabbit) Start() error {
+	out, err := os.OpenFile(filepath.Join(r.Dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	cmd := exec.Command(rabbitBin + "rabbitmq-server")
+	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start rabbitmq-server: %w", err)
+	}
+	r.cmd, r.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		conn, err := amqp.DialConfig(r.URL, amqp.Config{Dial: amqp.DefaultDial(time.Second)})
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		select {
+		case <-r.done:
+			log, _ := os.ReadFile(filepath.Join(r.Dir, "console.log"))
+			return fmt.Errorf("rabbitmq-server exited early: %s", tail(string(log), 15))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.Kill()
+			return fmt.Errorf("rabbitmq-server did not accept AMQP within 120s: %w", err)
+		}
+	}
+}
+
+// Kill stops the node with SIGKILL (its whole process group) and waits for
+// it to exit. The data directory stays for a later Start.
+func (r *Rabbit) Kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	<-r.done
+	r.cmd = nil
+}
+
+// Ctl runs rabbitmqctl against the node, e.g. Ctl("set_vm_memory_high_watermark", "0.0001").
+func (r *Rabbit) Ctl(args ...string) (string, error) {
+	cmd := exec.Command(rabbitBin+"rabbitmqctl", args...)
+	cmd.Env = r.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 5))
+	}
+	return string(out), nil
+}
+
+// Close kills the node, stops its private epmd and removes the directory.
+func (r *Rabbit) Close() {
+	r.Kill()
+	if r.epmd != nil && r.epmd.Process != nil {
+		_ = r.epmd.Process.Kill()
+		_ = r.epmd.Wait()
+	}
+	_ = os.RemoveAll(r.Dir)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,169 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrNoRoute means a topic has no route and the table has no default
+// exchange.
+var ErrNoRoute = errors.New("no route for topic")
+
+// Destination is where a message is published.
+type Destination struct {
+	Exchange   string `yaml:"exchange"`
+	RoutingKey string `yaml:"routing_key"`
+}
+
+// Table maps topics to destinations. The zero Table routes only explicit
+// destinations.
+type Table struct {
+	defaultExchange string
+	routes          map[string]Destination
+}
+
+// New returns a table with the given default exchange ("" for none) and
+// routes. It validates like Load.
+func New(defaultExchange string, routes map[string]Destination) (*Table, error) {
+	t := &Table{defaultExchange: defaultExchange, routes: make(map[string]Destination, len(routes))}
+	if err := checkName("default_exchange", defaultExchange); err != nil {
+		return nil, err
+	}
+	for topic, d := range routes {
+		if err := checkRoute(topic, d); err != nil {
+			return nil, err
+		}
+		t.routes[topic] = d
+	}
+	return t, nil
+}
+
+// Resolve returns the destination of a message with the given topic, or its
+// explicit exchange and routing key when topic is "".
+func (t *Table) Resolve(topic, exchange, routingKey string) (Destination, error) {
+	if topic == "" {
+		return Destination{Exchange: exchange, RoutingKey: routingKey}, nil
+	}
+	if t != nil {
+		if d, ok := t.routes[topic]; ok {
+			return d, nil
+		}
+		if t.defaultExchange != "" {
+			return Destination{Exchange: t.defaultExchange, RoutingKey: topic}, nil
+		}
+	}
+	return Destination{}, fmt.Errorf("%w %q", ErrNoRoute, topic)
+}
+
+// Len returns the number of topic routes.
+func (t *Table) Len() int { return len(t.routes) }
+
+// DefaultExchange returns the exchange for topics without a route.
+func (t *Table) DefaultExchange() string { return t.defaultExchange }
+
+// file is the routes file format (YAML; JSON is valid YAML):
+//
+//	default_exchange: delayq.topics   # optional
+//	routes:
+//	  order.cancel: {exchange: orders, routing_key: order.cancel}
+//	  trial.end:    {exchange: "", routing_key: trial-reminders}  # a queue, via the default exchange
+type file struct {
+	DefaultExchange string    `yaml:"default_exchange"`
+	Routes          yaml.Node `yaml:"routes"`
+}
+
+// Load reads a routes file. defaultExchange, when not "", overrides the
+// file's default_exchange (DELAYQ_DEFAULT_EXCHANGE).
+func Load(path, defaultExchange string) (*Table, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("routes file: %w", err)
+	}
+	t, err := Parse(b, defaultExchange)
+	if err != nil {
+		return nil, fmt.Errorf("routes file %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Parse reads a routes table from YAML or JSON bytes. Unknown fields,
+// duplicate topics and invalid names are errors that give the line.
+func Parse(b []byte, defaultExchange string) (*Table, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var f file
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if defaultExchange == "" {
+		defaultExchange = f.DefaultExchange
+	}
+	t := &Table{defaultExchange: defaultExchange, routes: map[string]Destination{}}
+	if err := checkName("default_exchange", defaultExchange); err != nil {
+		return nil, err
+	}
+	switch f.Routes.Kind {
+	case 0: // no routes
+		return t, nil
+	case yaml.MappingNode:
+	default:
+		return nil, fmt.Errorf("line %d: routes: want a mapping of topic to {exchange, routing_key}", f.Routes.Line)
+	}
+	for i := 0; i+1 < len(f.Routes.Content); i += 2 {
+		k, v := f.Routes.Content[i], f.Routes.Content[i+1]
+		topic := k.Value
+		if _, dup := t.routes[topic]; dup {
+			return nil, fmt.Errorf("line %d: route %q defined twice", k.Line, topic)
+		}
+		var d Destination
+		if v.Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("line %d: route %q: want {exchange, routing_key}", v.Line, topic)
+		}
+		if err := v.Decode(&d); err != nil {
+			return nil, fmt.Errorf("line %d: route %q: %w", v.Line, topic, err)
+		}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			if f := v.Content[j].Value; f != "exchange" && f != "routing_key" {
+				return nil, fmt.Errorf("line %d: route %q: unknown field %q (want exchange, routing_key)", v.Content[j].Line, topic, f)
+			}
+		}
+		if err := checkRoute(topic, d); err != nil {
+			return nil, fmt.Errorf("line %d: %w", k.Line, err)
+		}
+		t.routes[topic] = d
+	}
+	return t, nil
+}
+
+func checkRoute(topic string, d Destination) error {
+	if topic == "" || strings.TrimSpace(topic) != topic {
+		return fmt.Errorf("route %q: topic must be non-empty without surrounding spaces", topic)
+	}
+	if err := checkName("route "+topic+": topic", topic); err != nil {
+		return err
+	}
+	if err := checkName("route "+topic+": exchange", d.Exchange); err != nil {
+		return err
+	}
+	if err := checkName("route "+topic+": routing_key", d.RoutingKey); err != nil {
+		return err
+	}
+	if d.Exchange == "" && d.RoutingKey == "" {
+		return fmt.Errorf("route %q: the default exchange (\"\") needs a routing_key naming a queue", topic)
+	}
+	return nil
+}
+
+func checkName(what, s string) error {
+	if len(s) > 255 || !utf8.ValidString(s) {
+		return fmt.Errorf("%s: want valid UTF-8 of at most 255 bytes", what)
+	}
+	return nil
+}

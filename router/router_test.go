@@ -1,0 +1,96 @@
+package router_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/delayq/delayq/router"
+)
+
+const yamlTable = `# routes
+default_exchange: delayq.topics
+routes:
+  order.cancel: {exchange: orders, routing_key: order.cancel}
+  trial.end:
+    exchange: ""
+    routing_key: trial-reminders
+`
+
+func TestResolve(t *testing.T) {
+	tab, err := router.Parse([]byte(yamlTable), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ topic, ex, rk, wantEx, wantRK string }{
+		{"", "x", "k", "x", "k"},       // explicit wins
+		{"", "", "queue", "", "queue"}, // default exchange, by queue name
+		{"order.cancel", "", "", "orders", "order.cancel"},
+		{"trial.end", "", "", "", "trial-reminders"},
+		{"other", "", "", "delayq.topics", "other"}, // default exchange of the table
+	} {
+		d, err := tab.Resolve(c.topic, c.ex, c.rk)
+		if err != nil || d.Exchange != c.wantEx || d.RoutingKey != c.wantRK {
+			t.Errorf("Resolve(%q, %q, %q) = %+v, %v", c.topic, c.ex, c.rk, d, err)
+		}
+	}
+	if tab.Len() != 2 {
+		t.Errorf("Len = %d", tab.Len())
+	}
+	bare, _ := router.New("", nil)
+	if _, err := bare.Resolve("other", "", ""); !errors.Is(err, router.ErrNoRoute) {
+		t.Errorf("no default: %v, want ErrNoRoute", err)
+	}
+	over, _ := router.Parse([]byte(yamlTable), "override")
+	if d, _ := over.Resolve("other", "", ""); d.Exchange != "override" {
+		t.Errorf("DELAYQ_DEFAULT_EXCHANGE did not override: %+v", d)
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	tab, err := router.Parse([]byte(`{"routes": {"a": {"exchange": "x", "routing_key": "k"}}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := tab.Resolve("a", "", ""); d.Exchange != "x" || d.RoutingKey != "k" {
+		t.Errorf("got %+v", d)
+	}
+}
+
+func TestParseErrorsNameTheLine(t *testing.T) {
+	for name, c := range map[string]struct{ in, want string }{
+		"unknown top field":   {"routes: {}\ncolour: red\n", "line 2"},
+		"unknown route field": {"routes:\n  a:\n    exchange: x\n    queue: q\n", `line 4: route "a": unknown field "queue"`},
+		"duplicate":           {"routes:\n  a: {exchange: x}\n  a: {exchange: y}\n", "line 3"},
+		"not a map":           {"routes:\n  a: orders\n", `line 2: route "a"`},
+		"no target":           {"routes:\n  a: {exchange: \"\"}\n", `line 2: route "a": the default exchange`},
+		"routes list":         {"routes: [a, b]\n", "line 1: routes"},
+		"bad yaml":            {"routes: {a: [\n", "yaml"},
+		"long name":           {"routes:\n  a: {exchange: " + strings.Repeat("x", 300) + "}\n", "exchange"},
+	} {
+		_, err := router.Parse([]byte(c.in), "")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want it to contain %q", name, err, c.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "routes.yaml")
+	if err := os.WriteFile(p, []byte("routes:\n  a: {exchange: x, bogus: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := router.Load(p, "")
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("Load error %v should name the file and line", err)
+	}
+	if _, err := router.Load(filepath.Join(t.TempDir(), "missing.yaml"), ""); err == nil {
+		t.Error("missing file accepted")
+	}
+	// The example shipped in configs/ must load.
+	if _, err := router.Load("../configs/routes.example.yaml", ""); err != nil {
+		t.Errorf("configs/routes.example.yaml: %v", err)
+	}
+}
