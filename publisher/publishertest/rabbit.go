@@ -63,8 +63,8 @@ func StartRabbit() (*Rabbit, error) {
 	}
 	erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
 	r := &Rabbit{
-		URL:  fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
-		Dir:  dir,
+		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
+		Dir: dir,
 	}
 	r.env = append(os.Environ(),
 		"HOME="+dir,

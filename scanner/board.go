@@ -1,0 +1,110 @@
+package scanner
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// dueBoard is one scanner process's view of when each shard next has work:
+// the head due times seen in claim replies and wake-up notices. Idle
+// goroutines sleep on it until the earliest known head falls due, and then
+// exactly one of them (per process) visits that shard.
+type dueBoard struct {
+	mu      sync.Mutex
+	heads   map[int]int64 // shard -> due ms (Redis clock) of its earliest message
+	changed chan struct{} // closed and replaced when an earlier head appears
+
+	// offsetMs estimates Redis time minus local time, from claim replies,
+	// so sleeps are computed on the Redis clock that decides "due".
+	offsetMs atomic.Int64
+	now      func() time.Time
+}
+
+func newDueBoard(now func() time.Time) *dueBoard {
+	return &dueBoard{heads: map[int]int64{}, changed: make(chan struct{}), now: now}
+}
+
+func (b *dueBoard) redisNowMs() int64 { return b.now().UnixMilli() + b.offsetMs.Load() }
+
+// observe records a claim reply of shard i: its head (-1: empty) at Redis
+// time nowMs.
+func (b *dueBoard) observe(i int, headMs, nowMs int64) {
+	b.offsetMs.Store(nowMs - b.now().UnixMilli())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if headMs < 0 {
+		delete(b.heads, i)
+		return
+	}
+	old, ok := b.heads[i]
+	b.heads[i] = headMs
+	if !ok || headMs < old {
+		b.broadcastLocked()
+	}
+}
+
+// notice records a wake-up notice: shard i has a new head due at dueMs.
+func (b *dueBoard) notice(i int, dueMs int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := b.heads[i]; ok && old <= dueMs {
+		return
+	}
+	b.heads[i] = dueMs
+	b.broadcastLocked()
+}
+
+func (b *dueBoard) broadcastLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// wait blocks until a known head is due, and returns its shard after
+// taking it off the board (so no other goroutine of this process goes for
+// it too), or returns -1 after maxSleep or when ctx ends.
+func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
+	deadline := b.now().Add(maxSleep)
+	timer := time.NewTimer(maxSleep)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		best, bestDue := -1, int64(math.MaxInt64)
+		for i, d := range b.heads {
+			if d < bestDue {
+				best, bestDue = i, d
+			}
+		}
+		nowMs := b.redisNowMs()
+		if best >= 0 && bestDue <= nowMs {
+			delete(b.heads, best)
+			b.mu.Unlock()
+			return best
+		}
+		changed := b.changed
+		b.mu.Unlock()
+
+		wake := time.Until(deadline)
+		if wake <= 0 {
+			return -1
+		}
+		if best >= 0 {
+			wake = min(wake, time.Duration(bestDue-nowMs)*time.Millisecond)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wake)
+		select {
+		case <-ctx.Done():
+			return -1
+		case <-changed:
+		case <-timer.C:
+		}
+	}
+}

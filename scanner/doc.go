@@ -1,0 +1,48 @@
+// Package scanner is the worker of a scanner pod: goroutines that claim due
+// messages from the shards, publish them to RabbitMQ and settle them.
+//
+// # The loop (per goroutine)
+//
+//  1. Wait until the publisher is ready (connected, not blocked): nothing
+//     is claimed that cannot be published.
+//  2. Take the next shard from the shared INCR cursor (balance.Cursor).
+//  3. Claim up to ClaimBatch messages; while claims come back full, claim
+//     again, up to VisitBudget claims per visit.
+//  4. For each message: decode, route (router), publish with confirm; then
+//     ack the confirmed ones in one call, dead-letter what can never be
+//     delivered (corrupt envelope, no route, missing exchange, returned by
+//     the broker), release what failed for now (due again after
+//     RetryDelay, as a redelivery).
+//  5. When a whole round of the cursor found nothing, go idle: sleep on the
+//     process's due board until the earliest head this process has seen
+//     falls due (one goroutine per process takes it), at most MaxIdleSleep.
+//     Wake-up notices from the enqueue script put new heads on the board at
+//     once, so a message enqueued with a short delay into an idle fleet is
+//     published within milliseconds of its due time.
+//
+// Expired leases are re-queued by the claim script itself whenever a shard
+// is visited, so there is no separate reaper to run or to forget.
+//
+// # Guarantees
+//
+//   - Never early: the claim script compares due times with Redis TIME.
+//   - At least once: a message is deleted from Redis only after the broker
+//     confirmed it. If the process dies at any point between claim and ack,
+//     the lease expires and another scanner publishes it again, with
+//     x-delayq-attempt raised.
+//   - A message the broker returns (unroutable) is never acked as delivered;
+//     it goes to the dead set with the broker's reason.
+//   - Nothing is logged and dropped: a failure either settles the message
+//     (dead, released) or leaves it leased to come back.
+//
+// # Non-guarantees
+//
+// Exactly-once: after a lease expiry or an ack that failed, a message is
+// published again; consumers dedupe on message_id. Ordering between
+// messages is not preserved.
+//
+// # Lifecycle
+//
+// New, Start(ctx), Stop(ctx); Stop documents the shutdown order. The
+// caller owns the Redis client and the publisher and closes them after Stop.
+package scanner

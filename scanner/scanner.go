@@ -1,0 +1,485 @@
+package scanner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/router"
+	"github.com/delayq/delayq/shard"
+)
+
+// Headers delayq adds to every published message.
+const (
+	HeaderDueMs   = "x-delayq-due-ms"  // int64: unix ms this delivery was due (Redis clock)
+	HeaderAttempt = "x-delayq-attempt" // int32: 1 on the first delivery
+)
+
+// MaxIdleSleep is the longest an idle goroutine sleeps before it looks at
+// a shard again. It equals shard.WakeHorizon: producers announce every new
+// head due sooner than that.
+const MaxIdleSleep = shard.WakeHorizon
+
+// Config tunes a Scanner. Zero fields take the documented defaults.
+type Config struct {
+	// Goroutines is the number of claim loops. Default 32.
+	Goroutines int
+	// ClaimBatch is k, the most messages one claim takes. Default 1.
+	ClaimBatch int
+	// Lease is how long a claimed message may stay unconfirmed before any
+	// scanner re-queues it. Default 30s.
+	Lease time.Duration
+	// PublishTimeout bounds publish plus confirm of one batch; on timeout
+	// the messages are released for a retry. Default Lease/3.
+	PublishTimeout time.Duration
+	// RetryDelay is how long a message whose publish failed (nack,
+	// connection lost, timeout) waits before it is due again. Default 1s.
+	RetryDelay time.Duration
+	// VisitBudget is how many claims one visit makes in a row while they
+	// come back full, before moving to the next shard. Default 16.
+	VisitBudget int
+}
+
+func (c *Config) defaults() {
+	if c.Goroutines <= 0 {
+		c.Goroutines = 32
+	}
+	if c.ClaimBatch <= 0 {
+		c.ClaimBatch = 1
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = c.Lease / 3
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.VisitBudget <= 0 {
+		c.VisitBudget = 16
+	}
+}
+
+// Validate reports a Config that cannot work.
+func (c Config) Validate() error {
+	c.defaults()
+	switch {
+	case c.Goroutines > 4096:
+		return fmt.Errorf("goroutines %d: want at most 4096", c.Goroutines)
+	case c.ClaimBatch > 1000:
+		return fmt.Errorf("claim batch %d: want at most 1000", c.ClaimBatch)
+	case c.Lease < time.Second:
+		return fmt.Errorf("lease %s: want at least 1s", c.Lease)
+	case c.PublishTimeout >= c.Lease:
+		return fmt.Errorf("publish timeout %s must be shorter than the lease %s", c.PublishTimeout, c.Lease)
+	}
+	return nil
+}
+
+// Publisher is what the scanner needs of publisher.Publisher.
+type Publisher interface {
+	WaitReady(ctx context.Context) error
+	Publish(ctx context.Context, m publisher.Message) (*publisher.Confirm, error)
+	ExchangeExists(ctx context.Context, name string) (bool, error)
+}
+
+var _ Publisher = (*publisher.Publisher)(nil)
+
+// Deps are the scanner's collaborators; the caller owns and closes them.
+type Deps struct {
+	Store     *shard.Store
+	Shards    balance.Source
+	Cursor    *balance.Cursor
+	Routes    *router.Table
+	Publisher Publisher
+	Log       *zap.Logger
+	Now       func() time.Time // default time.Now
+}
+
+// Counts are a scanner's running totals.
+type Counts struct {
+	Claimed     int64 // messages claimed
+	Published   int64 // confirmed by the broker and acked in Redis
+	Redelivered int64 // published with attempt > 1
+	Dead        int64 // dead-lettered
+	Released    int64 // publish failed; due again after RetryDelay
+	LostLeases  int64 // confirmed, but the lease had expired (a duplicate will follow)
+	Reaped      int64 // expired leases re-queued by this scanner's claims
+}
+
+// Scanner runs the claim loops of one process.
+type Scanner struct {
+	cfg   Config
+	d     Deps
+	log   *zap.Logger
+	board *dueBoard
+
+	claimed, published, redelivered, dead, released, lostLeases, reaped atomic.Int64
+	errLog                                                              rateLimited
+
+	mu          sync.Mutex
+	started     bool
+	stopClaims  context.CancelFunc
+	stopWork    context.CancelFunc
+	workers     sync.WaitGroup
+	subscriber  sync.WaitGroup
+	stopWakeSub context.CancelFunc
+}
+
+// New checks cfg and deps and returns a Scanner ready to Start.
+func New(cfg Config, d Deps) (*Scanner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	if d.Store == nil || d.Shards == nil || d.Cursor == nil || d.Publisher == nil || d.Log == nil {
+		return nil, errors.New("scanner: Store, Shards, Cursor, Publisher and Log are required")
+	}
+	if d.Routes == nil {
+		d.Routes, _ = router.New("", nil)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	log := d.Log.Named("scanner")
+	return &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second}}, nil
+}
+
+// Counts returns the running totals.
+func (s *Scanner) Counts() Counts {
+	return Counts{
+		Claimed: s.claimed.Load(), Published: s.published.Load(), Redelivered: s.redelivered.Load(),
+		Dead: s.dead.Load(), Released: s.released.Load(), LostLeases: s.lostLeases.Load(), Reaped: s.reaped.Load(),
+	}
+}
+
+// Start loads the scripts, subscribes to wake-up notices and starts the
+// claim goroutines. It returns once they run; ctx bounds the startup only.
+func (s *Scanner) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("scanner already started")
+	}
+	if err := s.d.Store.Load(ctx); err != nil {
+		return err
+	}
+	sub := s.d.Store.Client().Subscribe(ctx, shard.WakeChannel(s.d.Store.Namespace()))
+	if _, err := sub.Receive(ctx); err != nil {
+		_ = sub.Close()
+		return fmt.Errorf("subscribe to wake-up notices: %w", err)
+	}
+	s.started = true
+	subCtx, stopSub := context.WithCancel(context.Background())
+	claimCtx, stopClaims := context.WithCancel(context.Background())
+	workCtx, stopWork := context.WithCancel(context.Background())
+	s.stopWakeSub, s.stopClaims, s.stopWork = stopSub, stopClaims, stopWork
+	s.subscriber.Go(func() { s.listen(subCtx, sub) })
+	for range s.cfg.Goroutines {
+		s.workers.Go(func() { s.work(claimCtx, workCtx) })
+	}
+	s.log.Info("scanner started", zap.String("namespace", s.d.Store.Namespace()),
+		zap.Int("goroutines", s.cfg.Goroutines), zap.Int("claim_batch", s.cfg.ClaimBatch), zap.Duration("lease", s.cfg.Lease))
+	return nil
+}
+
+// Stop shuts down in this order:
+//
+//  1. stop claiming: no goroutine starts a new claim;
+//  2. wait for the batches being delivered: their confirms, acks,
+//     dead-letters and releases, until ctx ends;
+//  3. when ctx ends first, abandon those batches: their messages stay
+//     leased and any scanner re-queues them once the lease expires;
+//  4. stop the wake-up subscriber.
+//
+// The caller then closes the publisher and the Redis client. Stop returns
+// ctx's error if it had to abandon work, and is safe to call more than once.
+func (s *Scanner) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		return nil
+	}
+	s.started = false
+	s.stopClaims()
+	done := make(chan struct{})
+	go func() { s.workers.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("scanner stop: abandoned unconfirmed messages (they stay leased): %w", ctx.Err())
+		s.stopWork()
+		<-done
+	}
+	s.stopWork()
+	s.stopWakeSub()
+	s.subscriber.Wait()
+	c := s.Counts()
+	s.log.Info("scanner stopped", zap.Int64("published", c.Published), zap.Int64("dead", c.Dead), zap.Int64("released", c.Released))
+	return err
+}
+
+// listen feeds wake-up notices to the board until ctx ends. go-redis
+// resubscribes by itself after a reconnect; a notice lost meanwhile makes a
+// message at most MaxIdleSleep late.
+func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			i, due, err := shard.ParseNotice(m.Payload)
+			if err != nil {
+				s.errLog.warn("bad wake-up notice", err)
+				continue
+			}
+			s.board.notice(i, due)
+		}
+	}
+}
+
+// work is one claim loop.
+func (s *Scanner) work(claimCtx, workCtx context.Context) {
+	empty, idle := 0, false
+	backoff := 50 * time.Millisecond
+	for claimCtx.Err() == nil {
+		if err := s.d.Publisher.WaitReady(claimCtx); err != nil {
+			return // stopping; nothing is claimed that cannot be published
+		}
+		i := -1
+		if idle {
+			if i = s.board.wait(claimCtx, MaxIdleSleep); claimCtx.Err() != nil {
+				return
+			}
+		}
+		covered := 0
+		if i < 0 {
+			var err error
+			if i, covered, err = s.d.Cursor.Next(workCtx); err != nil {
+				s.errLog.warn("pick next shard", err)
+				sleep(claimCtx, backoff)
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+		}
+		n, err := s.visit(claimCtx, workCtx, i)
+		if err != nil {
+			s.errLog.warn("claim", err)
+			sleep(claimCtx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch {
+		case n > 0:
+			empty, idle = 0, false
+		case covered > 0:
+			// A whole round of the cursor found nothing: go idle.
+			if empty++; empty >= covered {
+				idle = true
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// visit claims from shard i while claims come back full, up to the visit
+// budget, and delivers what it claims. A claim, once sent, is always
+// delivered (workCtx), even if claiming stops meanwhile.
+func (s *Scanner) visit(claimCtx, workCtx context.Context, i int) (int, error) {
+	total := 0
+	for range s.cfg.VisitBudget {
+		if claimCtx.Err() != nil {
+			break
+		}
+		res, err := s.d.Store.Claim(workCtx, i, s.cfg.ClaimBatch, s.cfg.Lease)
+		if err != nil {
+			return total, err
+		}
+		s.board.observe(i, res.HeadMs, res.NowMs)
+		s.reaped.Add(int64(res.Reaped))
+		if len(res.Msgs) == 0 {
+			break
+		}
+		s.claimed.Add(int64(len(res.Msgs)))
+		total += len(res.Msgs)
+		s.deliver(workCtx, i, res.Msgs)
+		if len(res.Msgs) < s.cfg.ClaimBatch {
+			break
+		}
+	}
+	return total, nil
+}
+
+// deliver publishes a claimed batch of shard i and settles every message:
+// ack after the broker's confirm, dead-letter when it can never be
+// delivered, release when it may succeed later. Whatever cannot be settled
+// (Redis unreachable, shutdown deadline) stays leased and comes back.
+func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	type sent struct {
+		c       *shard.Claimed
+		confirm *publisher.Confirm
+	}
+	batch := make([]sent, 0, len(msgs))
+	for j := range msgs {
+		c := &msgs[j]
+		m, reason, err := s.prepare(pctx, c)
+		switch {
+		case reason != "":
+			s.deadLetter(ctx, i, c, reason)
+			continue
+		case err != nil:
+			s.release(ctx, i, c, err)
+			continue
+		}
+		f, err := s.d.Publisher.Publish(pctx, m)
+		if err != nil {
+			s.release(ctx, i, c, err)
+			continue
+		}
+		batch = append(batch, sent{c, f})
+	}
+	acks := make([]shard.Lease, 0, len(batch))
+	for _, b := range batch {
+		err := b.confirm.Wait(pctx)
+		switch {
+		case err == nil:
+			acks = append(acks, b.c.Lease)
+			if b.c.Attempt > 1 {
+				s.redelivered.Add(1)
+			}
+		case errors.Is(err, publisher.ErrReturned):
+			s.deadLetter(ctx, i, b.c, err.Error())
+		default:
+			s.release(ctx, i, b.c, err)
+		}
+	}
+	if len(acks) == 0 {
+		return
+	}
+	n, err := s.d.Store.Ack(ctx, i, acks...)
+	if err != nil {
+		// Published but not acked: the leases expire and the messages are
+		// published again. At least once, never lost.
+		s.errLog.warn("ack after confirm; the messages will be delivered again", err)
+		return
+	}
+	s.published.Add(int64(len(acks)))
+	s.lostLeases.Add(int64(len(acks) - n))
+}
+
+// prepare turns a claimed message into a publish. A non-empty reason means
+// it can never be published (dead-letter); an error means not now (release).
+func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Message, string, error) {
+	if c.Envelope == nil {
+		return publisher.Message{}, "envelope missing from the msg hash", nil
+	}
+	env, err := shard.DecodeEnvelope(c.Envelope)
+	if err != nil {
+		return publisher.Message{}, err.Error(), nil
+	}
+	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
+	if err != nil {
+		return publisher.Message{}, err.Error(), nil
+	}
+	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
+	if err != nil {
+		return publisher.Message{}, "", err
+	}
+	if !ok {
+		return publisher.Message{}, fmt.Sprintf("exchange %q not found", dest.Exchange), nil
+	}
+	h := make(amqp.Table, len(env.Headers)+2)
+	for _, kv := range env.Headers {
+		h[kv.Key] = kv.Value
+	}
+	h[HeaderDueMs] = c.DueMs
+	h[HeaderAttempt] = int32(c.Attempt)
+	return publisher.Message{
+		Exchange: dest.Exchange, RoutingKey: dest.RoutingKey, MessageID: c.ID,
+		ContentType: env.ContentType, Headers: h, Body: env.Body, Timestamp: s.d.Now(),
+	}, "", nil
+}
+
+func (s *Scanner) deadLetter(ctx context.Context, i int, c *shard.Claimed, reason string) {
+	ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, reason)
+	if err != nil {
+		s.errLog.warn("dead-letter; the message stays leased and will be retried", err)
+		return
+	}
+	if ok {
+		s.dead.Add(1)
+		s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
+			zap.Int("attempt", c.Attempt), zap.String("reason", reason))
+	}
+}
+
+func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause error) {
+	if ctx.Err() != nil {
+		return // shutting down past the deadline: the lease brings it back
+	}
+	ok, err := s.d.Store.Release(ctx, i, c.Lease, s.cfg.RetryDelay)
+	if err != nil {
+		s.errLog.warn("release; the message stays leased and will be retried", err)
+		return
+	}
+	if ok {
+		s.released.Add(1)
+		s.errLog.warn("publish failed; message released for a retry", fmt.Errorf("%s: %w", c.ID, cause))
+	}
+}
+
+// rateLimited logs a repeating warning at most once per period, with the
+// number of occurrences it swallowed, so a loop that hits a down server
+// does not flood the log.
+type rateLimited struct {
+	log   *zap.Logger
+	every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (r *rateLimited) warn(msg string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // shutting down: not an error
+	}
+	r.mu.Lock()
+	now := time.Now()
+	if now.Sub(r.last) < r.every {
+		r.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	r.mu.Unlock()
+	r.log.Warn(msg, zap.Error(err), zap.Int("suppressed_since_last", n))
+}

@@ -1,0 +1,379 @@
+package scanner_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/publisher/publishertest"
+	"github.com/delayq/delayq/router"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+var (
+	redisSrv  *shardtest.Redis
+	rabbit    *publishertest.Rabbit
+	serverErr error
+)
+
+func TestMain(m *testing.M) {
+	redisSrv, serverErr = shardtest.StartRedis(shardtest.RedisOptions{})
+	if serverErr == nil {
+		rabbit, serverErr = publishertest.StartRabbit()
+	}
+	code := m.Run()
+	if rabbit != nil {
+		rabbit.Close()
+	}
+	if redisSrv != nil {
+		redisSrv.Close()
+	}
+	os.Exit(code)
+}
+
+// fleet is one test's world: a namespace, a producer, a scanner, and a
+// durable queue bound to the test's exchange with routing key "rk".
+type fleet struct {
+	t        *testing.T
+	ns       string
+	exchange string
+	prod     *shard.Producer
+	store    *shard.Store
+	scanner  *scanner.Scanner
+	m        int
+
+	mu  sync.Mutex
+	got map[string][]delivery
+}
+
+type delivery struct {
+	at      time.Time
+	dueMs   int64
+	attempt int32
+	body    string
+}
+
+func newFleet(t *testing.T, m int, cfg scanner.Config, amqpURL string) *fleet {
+	t.Helper()
+	shardtest.Require(t, serverErr)
+	f := &fleet{t: t, ns: shardtest.Namespace(t), m: m, got: map[string][]delivery{}}
+	f.exchange = f.ns
+	rdb := redisSrv.Client(t)
+	var err error
+	if f.store, err = shard.NewStore(rdb, f.ns); err != nil {
+		t.Fatal(err)
+	}
+	f.prod = shard.NewProducer(f.store, balance.Static(m), shard.ProducerOptions{})
+	f.consume(amqpURL)
+	log := zaptest.NewLogger(t)
+	pub, err := publisher.New(publisher.Options{URL: amqpURL, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Start(context.Background())
+	t.Cleanup(func() { _ = pub.Close() })
+	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
+	f.scanner, err = scanner.New(cfg, scanner.Deps{
+		Store: f.store, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
+		Routes: routes, Publisher: pub, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.scanner.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := f.scanner.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return f
+}
+
+// consume declares the exchange and a durable queue and records every
+// delivery, reconnecting if the broker goes away.
+func (f *fleet) consume(url string) {
+	setup := func() (*amqp.Connection, <-chan amqp.Delivery, error) {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			return nil, nil, err
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.ExchangeDeclare(f.exchange, "direct", true, false, false, false, nil)
+		}
+		if err == nil {
+			_, err = ch.QueueDeclare(f.ns, true, false, false, false, nil)
+		}
+		if err == nil {
+			err = ch.QueueBind(f.ns, "rk", f.exchange, false, nil)
+		}
+		var d <-chan amqp.Delivery
+		if err == nil {
+			d, err = ch.Consume(f.ns, "", true, false, false, false, nil)
+		}
+		if err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+		return conn, d, nil
+	}
+	conn, d, err := setup()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	f.t.Cleanup(func() { close(done); _ = conn.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			for msg := range d {
+				f.mu.Lock()
+				due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
+				att, _ := msg.Headers[scanner.HeaderAttempt].(int32)
+				f.got[msg.MessageId] = append(f.got[msg.MessageId], delivery{at: time.Now(), dueMs: due, attempt: att, body: string(msg.Body)})
+				f.mu.Unlock()
+			}
+			for { // the broker went away: reconnect
+				select {
+				case <-done:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if c, nd, err := setup(); err == nil {
+					conn, d = c, nd
+					break
+				}
+			}
+		}
+	})
+}
+
+func (f *fleet) delivered(id string) []delivery {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]delivery(nil), f.got[id]...)
+}
+
+// waitAll waits until every id was delivered at least once.
+func (f *fleet) waitAll(ids []string, within time.Duration) {
+	f.t.Helper()
+	waitFor(f.t, within, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, id := range ids {
+			if len(f.got[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var missing []string
+		for _, id := range ids {
+			if len(f.got[id]) == 0 {
+				missing = append(missing, id)
+			}
+		}
+		return fmt.Sprintf("%d of %d never delivered, e.g. %v", len(missing), len(ids), missing[:min(5, len(missing))])
+	})
+}
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool, why func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, why())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDeliversOnTimeNeverEarly(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	due := map[string]time.Time{}
+	var ids []string
+	var msgs []shard.Message
+	for i := range 300 {
+		id := fmt.Sprintf("order-%d", i)
+		ids = append(ids, id)
+		m := shard.Message{ID: id, Body: []byte("cancel " + id), Delay: time.Duration(i%100) * 20 * time.Millisecond,
+			Headers: map[string]string{"tenant": "acme"}, ContentType: "text/plain"}
+		if i%2 == 0 {
+			m.Topic = "t"
+		} else {
+			m.Exchange, m.RoutingKey = f.exchange, "rk"
+		}
+		msgs = append(msgs, m)
+	}
+	res, err := f.prod.EnqueueBatch(t.Context(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		due[r.ID] = r.Due
+	}
+	f.waitAll(ids, 30*time.Second)
+	var late []time.Duration
+	for _, id := range ids {
+		d := f.delivered(id)[0]
+		if d.at.Before(due[id]) || d.dueMs != due[id].UnixMilli() {
+			t.Errorf("%s: received %s, due %s (header %d): early", id, d.at.Format(time.StampMicro), due[id].Format(time.StampMicro), d.dueMs)
+		}
+		if d.attempt != 1 || d.body != "cancel "+id {
+			t.Errorf("%s: attempt %d body %q", id, d.attempt, d.body)
+		}
+		late = append(late, d.at.Sub(due[id]))
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	t.Logf("lateness of %d messages: p50 %s, p99 %s, max %s", len(late), late[len(late)/2], late[len(late)*99/100], late[len(late)-1])
+	c := f.scanner.Counts()
+	if c.Published != 300 || c.Dead != 0 {
+		t.Errorf("counts %+v", c)
+	}
+}
+
+// TestWakeUpCutsIdleSleep: into an idle fleet, a message with a 200 ms
+// delay is published close to its due time, not at the end of an idle sleep.
+func TestWakeUpCutsIdleSleep(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 16, scanner.Config{Goroutines: 8}, rabbit.URL)
+	// Let the fleet finish its first rounds and go idle: the cursor has
+	// gone round every shard for every goroutine.
+	rdb := redisSrv.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		n, _ := rdb.Get(t.Context(), shard.CursorKey(f.ns)).Int()
+		return n >= 16*8
+	}, func() string { return "fleet never went round the shards" })
+	var late []time.Duration
+	for i := range 5 {
+		id := fmt.Sprintf("wake-%d", i)
+		s, err := f.prod.Enqueue(t.Context(), shard.Message{ID: id, Topic: "t", Delay: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.waitAll([]string{id}, 5*time.Second)
+		late = append(late, f.delivered(id)[0].at.Sub(s.Due))
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	t.Logf("lateness after wake-up: %v", late)
+	if late[0] < 0 {
+		t.Errorf("published early: %v", late)
+	}
+	// Without the wake-up the fleet would sleep up to MaxIdleSleep (1s);
+	// allow generous slack for a loaded CI machine under -race.
+	if med := late[len(late)/2]; med > 150*time.Millisecond {
+		t.Errorf("median lateness %s: the wake-up notice did not cut the idle sleep", med)
+	}
+}
+
+func TestUndeliverableGoesDead(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2, scanner.Config{Goroutines: 2}, rabbit.URL)
+	bad := map[string]shard.Message{
+		"no-binding":  {ID: "no-binding", Exchange: f.exchange, RoutingKey: "nobody-listens"},
+		"no-exchange": {ID: "no-exchange", Exchange: "missing-" + f.ns, RoutingKey: "rk"},
+		"no-route":    {ID: "no-route", Topic: "unknown.topic"},
+		"good-after":  {ID: "good-after", Topic: "t", Delay: 50 * time.Millisecond},
+	}
+	for _, m := range bad {
+		if _, err := f.prod.Enqueue(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A corrupt envelope written behind delayq's back.
+	rdb := redisSrv.Client(t)
+	ks := shard.ShardKeys(f.ns, shard.Of("corrupt", 2))
+	rdb.HSet(t.Context(), ks.Msg, "corrupt", "\x09garbage")
+	rdb.ZAdd(t.Context(), ks.Due, redisZ(0, "corrupt"))
+	f.waitAll([]string{"good-after"}, 10*time.Second)
+	want := map[string]string{
+		"no-binding":  "NO_ROUTE",
+		"no-exchange": "not found",
+		"no-route":    "no route for topic",
+		"corrupt":     "corrupt envelope",
+	}
+	for id, reason := range want {
+		var info shard.Info
+		waitFor(t, 10*time.Second, func() bool {
+			var err error
+			info, err = f.prod.Inspect(t.Context(), id)
+			return err == nil && info.State == shard.StateDead
+		}, func() string { return fmt.Sprintf("%s: %+v", id, info) })
+		if !strings.Contains(info.Reason, reason) {
+			t.Errorf("%s: dead because %q, want %q", id, info.Reason, reason)
+		}
+		if len(f.delivered(id)) != 0 {
+			t.Errorf("%s was delivered", id)
+		}
+	}
+	st, err := f.store.Stats(t.Context(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead int64
+	for _, s := range st {
+		dead += s.Dead
+	}
+	if dead != 4 || f.scanner.Counts().Dead != 4 {
+		t.Errorf("stats count %d dead, scanner %d; want 4", dead, f.scanner.Counts().Dead)
+	}
+}
+
+// TestBrokerRestartLosesNothing kills RabbitMQ in the middle of a flow and
+// starts it again: every message still arrives.
+func TestBrokerRestartLosesNothing(t *testing.T) {
+	t.Parallel()
+	shardtest.Require(t, serverErr)
+	own, err := publishertest.StartRabbit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
+	var ids []string
+	var msgs []shard.Message
+	for i := range 1000 {
+		id := fmt.Sprintf("r-%d", i)
+		ids = append(ids, id)
+		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Duration(i) * 3 * time.Millisecond})
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 200 },
+		func() string { return "flow did not start" })
+	own.Kill()
+	t.Logf("RabbitMQ killed after %d published", f.scanner.Counts().Published)
+	time.Sleep(500 * time.Millisecond) // the outage itself, not a wait for a condition
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitAll(ids, 60*time.Second)
+	c := f.scanner.Counts()
+	t.Logf("after restart: %+v", c)
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
