@@ -3,6 +3,7 @@ module github.com/delayq/delayq
 go 1.26.0
 
 require (
+	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/zap v1.28.0

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+)
+
+// envPrefix prefixes every variable: DELAYQ_REDIS_ADDRS, ...
+const envPrefix = "DELAYQ"
+
+// Config is every setting of every subcommand, read from the environment.
+// `delayq <cmd> -h` prints this table; README.md documents it.
+type Config struct {
+	RedisAddrs      []string      `envconfig:"REDIS_ADDRS" default:"127.0.0.1:6379" desc:"Redis address host:port (several, comma-separated, for a cluster)"`
+	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user name"`
+	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password (never logged)"`
+	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
+	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL; the password is never logged"`
+	Namespace       string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
+	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards (ZSETs) of the namespace"`
+	Goroutines      int           `envconfig:"GOROUTINES" default:"32" desc:"scan: claim loops per scanner process"`
+	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
+	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
+	MaxBody         int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
+	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
+	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
+}
+
+// loadConfig reads and checks the environment.
+func loadConfig() (Config, error) {
+	var c Config
+	if err := envconfig.Process(envPrefix, &c); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	if len(c.RedisAddrs) == 0 || c.RedisAddrs[0] == "" {
+		return fmt.Errorf("%s_REDIS_ADDRS: empty", envPrefix)
+	}
+	if err := shard.ValidateNamespace(c.Namespace); err != nil {
+		return fmt.Errorf("%s_NAMESPACE: %w", envPrefix, err)
+	}
+	if _, err := balance.NewStatic(c.Shards); err != nil {
+		return fmt.Errorf("%s_SHARDS: %w", envPrefix, err)
+	}
+	if c.MaxBody < 1 {
+		return fmt.Errorf("%s_MAX_BODY: %d, want at least 1", envPrefix, c.MaxBody)
+	}
+	if err := c.scannerConfig().Validate(); err != nil {
+		return fmt.Errorf("scanner settings: %w", err)
+	}
+	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("%s_LOG_LEVEL: %w", envPrefix, err)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		return fmt.Errorf("%s_LOG_FORMAT: %q, want json or console", envPrefix, c.LogFormat)
+	}
+	return nil
+}
+
+func (c Config) scannerConfig() scanner.Config {
+	return scanner.Config{Goroutines: c.Goroutines, ClaimBatch: c.ClaimBatch, Lease: c.Lease}
+}
+
+// printEnv writes the variables table for -h. Secrets have no defaults, so
+// none can show here.
+func printEnv(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nEnvironment:")
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
+	_ = envconfig.Usagef(envPrefix, &Config{}, tw, `{{range .}}  {{usage_key .}}{{"\t"}}{{usage_default .}}{{"\t"}}{{usage_description .}}
+{{end}}`)
+	_ = tw.Flush()
+}
+
+// newLogger builds the zap logger the config asks for.
+func newLogger(c Config, w io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if c.LogFormat == "console" {
+		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)), nil
+}
+
+// newRedis returns the Redis client of the config: a cluster client for
+// several addresses, else a single-server client. The caller closes it.
+func newRedis(c Config) redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:    c.RedisAddrs,
+		Username: c.RedisUsername,
+		Password: c.RedisPassword,
+		DB:       c.RedisDB,
+	})
+}
+
+// pingRedis fails fast, with the address, when Redis cannot be reached.
+func pingRedis(ctx context.Context, rdb redis.UniversalClient, c Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", strings.Join(c.RedisAddrs, ","), err)
+	}
+	return nil
+}

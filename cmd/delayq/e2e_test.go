@@ -1,0 +1,473 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delayq/delayq/publisher/publishertest"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+var (
+	bin       string // the delayq binary under test
+	redisSrv  *shardtest.Redis
+	rabbit    *publishertest.Rabbit
+	serverErr error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "delayq-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "delayq")
+	// Built without -race so that timing is realistic on 2 cores: the race
+	// detector slows the scanner ~10x. The same code runs under -race in the
+	// scanner package tests.
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build delayq: %v\n%s", err, out)
+		return 1
+	}
+	redisSrv, serverErr = shardtest.StartRedis(shardtest.RedisOptions{})
+	if serverErr == nil {
+		defer redisSrv.Close()
+		rabbit, serverErr = publishertest.StartRabbit()
+		if serverErr == nil {
+			defer rabbit.Close()
+		}
+	}
+	return m.Run()
+}
+
+// world is one test's namespace, exchange and queue, and the environment
+// the binary runs with.
+type world struct {
+	t        *testing.T
+	ns       string
+	exchange string
+	env      []string
+
+	mu  sync.Mutex
+	got map[string][]received
+}
+
+type received struct {
+	at      time.Time
+	dueMs   int64
+	attempt int32
+}
+
+func newWorld(t *testing.T, shards int, extraEnv ...string) *world {
+	t.Helper()
+	shardtest.Require(t, serverErr)
+	t.Parallel()
+	w := &world{t: t, ns: shardtest.Namespace(t), got: map[string][]received{}}
+	w.exchange = "ex-" + w.ns
+	w.env = append(os.Environ(),
+		"DELAYQ_REDIS_ADDRS="+redisSrv.Addr,
+		"DELAYQ_AMQP_URL="+rabbit.URL,
+		"DELAYQ_NAMESPACE="+w.ns,
+		fmt.Sprintf("DELAYQ_SHARDS=%d", shards),
+		"DELAYQ_LOG_FORMAT=console",
+		"DELAYQ_LOG_LEVEL=warn",
+	)
+	w.env = append(w.env, extraEnv...)
+	return w
+}
+
+// consume declares the exchange and a durable queue bound with key "rk"
+// and records every delivery.
+func (w *world) consume() {
+	t := w.t
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, ch.ExchangeDeclare(w.exchange, "direct", true, false, false, false, nil))
+	_, err = ch.QueueDeclare(w.ns, true, false, false, false, nil)
+	must(t, err)
+	must(t, ch.QueueBind(w.ns, "rk", w.exchange, false, nil))
+	must(t, ch.Qos(1000, 0, false))
+	d, err := ch.Consume(w.ns, "", false, false, false, false, nil)
+	must(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = conn.Close(); wg.Wait() })
+	wg.Go(func() {
+		for msg := range d {
+			due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
+			att, _ := msg.Headers[scanner.HeaderAttempt].(int32)
+			w.mu.Lock()
+			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att})
+			w.mu.Unlock()
+			_ = msg.Ack(false)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delayq runs the binary to completion.
+func (w *world) delayq(stdin string, args ...string) (stdout, stderr string, code int) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = w.env
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		w.t.Fatalf("run delayq %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// proc is a running `delayq scan`.
+type proc struct {
+	cmd  *exec.Cmd
+	log  *lockedWriter
+	done chan error
+}
+
+func (w *world) scan(extraEnv ...string) *proc {
+	cmd := exec.Command(bin, "scan")
+	cmd.Env = append(append([]string{}, w.env...), extraEnv...)
+	p := &proc{cmd: cmd, log: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	w.t.Cleanup(func() { p.kill() })
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		p.done <- nil // later calls see it dead too
+	}
+}
+
+// term sends SIGTERM and returns the exit error.
+func (p *proc) term(within time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(within):
+		return fmt.Errorf("scanner did not exit within %s of SIGTERM", within)
+	}
+}
+
+// jsonl writes n messages due over spread, to the test's exchange.
+func (w *world) jsonl(n int, spread time.Duration, prefix string) (string, []string) {
+	var b strings.Builder
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		delay := time.Duration(rand.Int64N(int64(spread))).Milliseconds()
+		line, _ := json.Marshal(map[string]any{"id": ids[i], "exchange": w.exchange, "routing_key": "rk",
+			"delay_ms": delay, "body": "cancel order " + ids[i], "headers": map[string]string{"kind": "cancel"}})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.String(), ids
+}
+
+// waitDelivered waits until every id arrived, then checks none was early
+// and reports lateness and duplicates.
+func (w *world) waitDelivered(ids []string, within time.Duration) (dups int) {
+	t := w.t
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		w.mu.Lock()
+		missing := 0
+		for _, id := range ids {
+			if len(w.got[id]) == 0 {
+				missing++
+			}
+		}
+		w.mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages never delivered within %s", missing, len(ids), within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var late []time.Duration
+	for _, id := range ids {
+		rs := w.got[id]
+		dups += len(rs) - 1
+		for _, r := range rs {
+			if r.at.UnixMilli() < r.dueMs {
+				t.Errorf("%s received at %d ms, due at %d ms: early", id, r.at.UnixMilli(), r.dueMs)
+			}
+		}
+		if rs[0].attempt == 1 {
+			late = append(late, rs[0].at.Sub(time.UnixMilli(rs[0].dueMs)))
+		}
+	}
+	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+	if len(late) > 0 {
+		t.Logf("%d messages, %d duplicates; lateness of first deliveries: p50 %s, p99 %s, max %s",
+			len(ids), dups, late[len(late)/2].Round(time.Microsecond), late[len(late)*99/100].Round(time.Microsecond), late[len(late)-1].Round(time.Microsecond))
+	}
+	return dups
+}
+
+// TestEndToEnd: 10,000 messages due over 5 s, enqueued with the CLI from
+// JSON Lines, published by 2 scanner processes: every one delivered, none
+// early.
+func TestEndToEnd(t *testing.T) {
+	w := newWorld(t, 16)
+	w.consume()
+	a, b := w.scan(), w.scan()
+	in, ids := w.jsonl(10000, 5*time.Second, "order")
+	out, errOut, code := w.delayq(in, "enqueue", "-f", "-")
+	if code != 0 || !strings.Contains(out, "enqueued 10000, duplicates 0, rejected 0") {
+		t.Fatalf("enqueue: code %d\n%s\n%s", code, out, errOut)
+	}
+	w.waitDelivered(ids, 60*time.Second)
+	for _, p := range []*proc{a, b} {
+		if err := p.term(30 * time.Second); err != nil {
+			t.Errorf("scanner exit: %v\n%s", err, p.log)
+		}
+	}
+	stats, _, _ := w.delayq("", "stats", "--json")
+	var v struct {
+		Total struct{ Scheduled, InFlight, Dead int64 } `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(stats), &v); err != nil || v.Total.Scheduled+v.Total.InFlight+v.Total.Dead != 0 {
+		t.Errorf("after the flow, stats: %v %s", err, stats)
+	}
+}
+
+// TestCrashLosesNothing: the same flow while one scanner is killed with
+// SIGKILL at random moments and restarted. Every id is delivered
+// (duplicates allowed and counted), none early.
+func TestCrashLosesNothing(t *testing.T) {
+	w := newWorld(t, 8, "DELAYQ_LEASE=2s", "DELAYQ_GOROUTINES=16")
+	w.consume()
+	steady := w.scan()
+	victim := w.scan()
+	in, ids := w.jsonl(5000, 5*time.Second, "crash")
+	if out, errOut, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, errOut)
+	}
+	kills := 0
+	stop := time.Now().Add(6 * time.Second)
+	for time.Now().Before(stop) {
+		time.Sleep(time.Duration(200+rand.IntN(500)) * time.Millisecond) // random moments, by design
+		victim.kill()
+		kills++
+		victim = w.scan()
+	}
+	dups := w.waitDelivered(ids, 90*time.Second)
+	t.Logf("%d SIGKILLs; %d duplicate deliveries", kills, dups)
+	if err := steady.term(30 * time.Second); err != nil {
+		t.Errorf("steady scanner: %v", err)
+	}
+}
+
+// TestDeadIsVisible: a message to an exchange with no binding for its key
+// is returned by the broker and shows up dead in stats and inspect.
+func TestDeadIsVisible(t *testing.T) {
+	w := newWorld(t, 4)
+	w.consume()
+	w.scan()
+	if _, e, code := w.delayq("", "enqueue", "--id", "lost-1", "--exchange", w.exchange, "--routing-key", "nobody", "--delay", "10ms"); code != 0 {
+		t.Fatal(e)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _, _ := w.delayq("", "inspect", "lost-1")
+		if strings.Contains(out, "state:        dead") || strings.Contains(out, "dead") && strings.Contains(out, "NO_ROUTE") {
+			if !strings.Contains(out, "NO_ROUTE") {
+				t.Errorf("inspect does not say why: %s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never dead: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, _, code := w.delayq("", "stats")
+	if code != 0 || !regexpMatch(`(?m)^\s*total\s+0\s+0\s+0\s+1\s`, out) {
+		t.Errorf("stats does not show 1 dead:\n%s", out)
+	}
+}
+
+// TestEnqueueFileReportsBadLines: bad lines are reported with their line
+// number and skipped; the good ones are enqueued; the exit code says so.
+func TestEnqueueFileReportsBadLines(t *testing.T) {
+	w := newWorld(t, 4)
+	in := strings.Join([]string{
+		`{"id":"ok-1","topic":"t","delay_ms":60000}`,
+		`{"id":"bad-delay","topic":"t","delay_ms":-1}`,
+		`{oops`,
+		`{"id":"ok-2","exchange":"x","routing_key":"k","delay_ms":60000}`,
+		`{"id":"no-dest","delay_ms":1}`,
+		`{"id":"reserved","topic":"t","delay_ms":1,"headers":{"x-delayq-attempt":"9"}}`,
+		`{"id":"ok-1","topic":"t","delay_ms":60000}`,
+	}, "\n")
+	out, errOut, code := w.delayq(in, "enqueue", "-f", "-")
+	if code != 1 || !strings.Contains(out, "enqueued 2, duplicates 1, rejected 4") {
+		t.Fatalf("code %d, out %q", code, out)
+	}
+	for _, want := range []string{"line 2: invalid delay_ms", "line 3: invalid JSON", "line 5:", "invalid destination",
+		"line 6:", "reserved", "line 7:", "duplicate"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if out, _, _ := w.delayq("", "inspect", "ok-2"); !strings.Contains(out, "scheduled") {
+		t.Errorf("good line after bad ones not enqueued: %s", out)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	w := newWorld(t, 4)
+	if _, e, code := w.delayq("", "enqueue", "--id", "c-1", "--topic", "t", "--delay", "1h", "--header", "a=b", "--body", "x"); code != 0 {
+		t.Fatal(e)
+	}
+	if out, _, _ := w.delayq("", "inspect", "c-1"); !strings.Contains(out, "scheduled") || !strings.Contains(out, "header a:") {
+		t.Errorf("inspect: %s", out)
+	}
+	if out, e, code := w.delayq("", "reschedule", "c-1", "--at", "2099-01-01T00:00:00Z"); code != 0 || !strings.Contains(out, "2099-01-01T00:00:00Z") {
+		t.Errorf("reschedule: %d %s %s", code, out, e)
+	}
+	if _, e, code := w.delayq("", "enqueue", "--id", "c-1", "--topic", "t", "--delay", "1h"); code != 1 || !strings.Contains(e, "duplicate") {
+		t.Errorf("duplicate enqueue: %d %s", code, e)
+	}
+	if out, _, code := w.delayq("", "cancel", "c-1"); code != 0 || !strings.Contains(out, "cancelled c-1") {
+		t.Errorf("cancel: %d %s", code, out)
+	}
+	if _, e, code := w.delayq("", "cancel", "c-1"); code != 1 || !strings.Contains(e, "not found") {
+		t.Errorf("second cancel: %d %s", code, e)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--id", "x", "--topic", "t"}, "--delay or --at"},
+		{[]string{"enqueue", "--id", "x", "--topic", "t", "--delay", "-5s"}, "invalid delay"},
+		{[]string{"enqueue", "--id", "", "--topic", "t", "--delay", "5s"}, "invalid id"},
+		{[]string{"enqueue", "--id", "x", "--delay", "5s"}, "invalid destination"},
+		{[]string{"enqueue", "--id", "x", "--topic", "t", "--at", "yesterday"}, "--at"},
+		{[]string{"enqueue", "--id", "x", "--topic", "t", "--delay", "1s", "--header", "x-delayq-due-ms=1"}, "reserved"},
+		{[]string{"reschedule", "c-1"}, "--delay or --at"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		if _, e, code := w.delayq("", c.args...); code == 0 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: code %d, stderr %q, want %q", c.args, code, e, c.want)
+		}
+	}
+	out, _, code := w.delayq("", "scan", "-h")
+	if code != 0 || !strings.Contains(out, "DELAYQ_REDIS_ADDRS") || !strings.Contains(out, "DELAYQ_CLAIM_BATCH") {
+		t.Errorf("scan -h: %s", out)
+	}
+}
+
+func TestBadConfigIsAClearError(t *testing.T) {
+	w := newWorld(t, 4)
+	for env, want := range map[string]string{
+		"DELAYQ_SHARDS=abc":              "SHARDS",
+		"DELAYQ_SHARDS=0":                "DELAYQ_SHARDS",
+		"DELAYQ_NAMESPACE=a{b}":          "DELAYQ_NAMESPACE",
+		"DELAYQ_LOG_FORMAT=xml":          "DELAYQ_LOG_FORMAT",
+		"DELAYQ_LEASE=10ms":              "lease",
+		"DELAYQ_REDIS_ADDRS=127.0.0.1:1": "127.0.0.1:1",
+	} {
+		cmd := exec.Command(bin, "stats")
+		cmd.Env = append(append([]string{}, w.env...), env)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s: %v, output %q should name %q", env, err, out, want)
+		}
+	}
+	cmd := exec.Command(bin, "scan")
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_ROUTES_FILE=/nonexistent/routes.yaml")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "routes") {
+		t.Errorf("missing routes file: %v %s", err, out)
+	}
+	cmd = exec.Command(bin, "scan")
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_AMQP_URL=amqp://guest:hunter2@127.0.0.1:1/", "DELAYQ_LOG_LEVEL=info")
+	var log lockedWriter
+	log.w = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = &log, &log
+	must(t, cmd.Start())
+	logged := func() string {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return log.w.String()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logged(), "AMQP connect failed") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	if s := logged(); strings.Contains(s, "hunter2") || !strings.Contains(s, "127.0.0.1:1") {
+		t.Errorf("scanner log leaks the password or hides the address:\n%s", s)
+	}
+}
+
+func regexpMatch(pattern, s string) bool {
+	return regexp.MustCompile(pattern).MatchString(s)
+}

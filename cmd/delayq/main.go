@@ -1,0 +1,674 @@
+// Command delayq is the delayq binary: the scanner worker and the operator
+// and producer commands. Run `delayq help` or `delayq <command> -h`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/router"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+)
+
+func main() {
+	// Only main knows about signals; everything below takes a context.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the command ran and something failed
+	exitUsage = 2 // bad flags or configuration
+)
+
+type command struct {
+	name, args, summary string
+	run                 func(ctx context.Context, e *env, args []string) int
+}
+
+var commands = []command{
+	{"scan", "", "run a scanner worker until SIGINT/SIGTERM", runScan},
+	{"enqueue", "--id ID (--topic T | --exchange X [--routing-key K]) (--delay D | --at T) | -f FILE", "schedule messages", runEnqueue},
+	{"cancel", "ID...", "cancel scheduled messages", runCancel},
+	{"reschedule", "ID (--delay D | --at T)", "move a scheduled message", runReschedule},
+	{"inspect", "ID", "show where a message is", runInspect},
+	{"stats", "[--json]", "per-shard counts", runStats},
+}
+
+// env is what a command runs with.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	cfg            Config
+	log            *zap.Logger
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		for _, a := range args[1:] {
+			if a == "-h" || a == "--help" || a == "-help" {
+				fmt.Fprintf(stdout, "usage: delayq %s %s\n\n%s.\n", c.name, c.args, c.summary)
+				if fs := flagsOf(c.name); fs != nil {
+					fmt.Fprintln(stdout, "\nFlags:")
+					fs.SetOutput(stdout)
+					fs.PrintDefaults()
+				}
+				printEnv(stdout)
+				return exitOK
+			}
+		}
+		cfg, err := loadConfig()
+		if err != nil {
+			fmt.Fprintf(stderr, "delayq %s: %v\n", c.name, err)
+			return exitUsage
+		}
+		log, err := newLogger(cfg, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "delayq %s: %v\n", c.name, err)
+			return exitUsage
+		}
+		defer func() { _ = log.Sync() }()
+		return c.run(ctx, &env{stdin: stdin, stdout: stdout, stderr: stderr, cfg: cfg, log: log}, args[1:])
+	}
+	fmt.Fprintf(stderr, "delayq: unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "delayq schedules messages in Redis and publishes them to RabbitMQ when they fall due.")
+	fmt.Fprintln(w, "\nusage: delayq <command> [arguments]   (delayq <command> -h for details)")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+	}
+	printEnv(w)
+}
+
+// flagsOf returns a command's flag set, for -h; nil when it has none.
+func flagsOf(name string) *flag.FlagSet {
+	switch name {
+	case "enqueue":
+		fs, _ := enqueueFlags()
+		return fs
+	case "reschedule":
+		fs, _, _ := rescheduleFlags()
+		return fs
+	case "stats":
+		fs, _ := statsFlags()
+		return fs
+	case "inspect":
+		fs, _ := inspectFlags()
+		return fs
+	}
+	return nil
+}
+
+// parse parses flags that may come before, between or after positional
+// arguments (delayq reschedule ID --delay 5s) and returns the positionals.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) {
+	fs.SetOutput(stderr)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// connect opens Redis and the store, failing fast when Redis is down.
+func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store, error) {
+	rdb := newRedis(e.cfg)
+	if err := pingRedis(ctx, rdb, e.cfg); err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	st, err := shard.NewStore(rdb, e.cfg.Namespace)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return rdb, st, nil
+}
+
+func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := shard.NewProducer(st, balance.Static(e.cfg.Shards), shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
+	return p, func() { _ = rdb.Close() }, nil
+}
+
+func (e *env) fail(cmd string, err error) int {
+	fmt.Fprintf(e.stderr, "delayq %s: %v\n", cmd, err)
+	return exitFail
+}
+
+// runScan runs a scanner until ctx ends (SIGINT/SIGTERM), then shuts down:
+// scanner (stop claiming, settle what is in flight), publisher, Redis.
+func runScan(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(e.stderr, "delayq scan: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	c := e.cfg
+	var routes *router.Table
+	var err error
+	if c.RoutesFile != "" {
+		routes, err = router.Load(c.RoutesFile, c.DefaultExchange)
+	} else {
+		routes, err = router.New(c.DefaultExchange, nil)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq scan: %v\n", err)
+		return exitUsage
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	defer rdb.Close()
+	host, _ := os.Hostname()
+	pub, err := publisher.New(publisher.Options{URL: c.AMQPURL, ConnectionName: "delayq-scanner " + host}, e.log)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	pub.Start(context.Background())
+	defer func() {
+		if err := pub.Close(); err != nil {
+			e.log.Warn("closing publisher", zap.Error(err))
+		}
+	}()
+	src := balance.Static(c.Shards)
+	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
+		Store: st, Shards: src, Cursor: balance.NewCursor(rdb, c.Namespace, src),
+		Routes: routes, Publisher: pub, Log: e.log,
+	})
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	if err := sc.Start(ctx); err != nil {
+		return e.fail("scan", err)
+	}
+	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
+		zap.Int("shards", c.Shards), zap.Int("routes", routes.Len()))
+	<-ctx.Done()
+	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := sc.Stop(sctx); err != nil {
+		e.log.Warn("shutdown incomplete", zap.Error(err))
+	}
+	return exitOK
+}
+
+// headerFlag collects repeated --header k=v.
+type headerFlag map[string]string
+
+func (h headerFlag) String() string { return "" }
+func (h headerFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", v)
+	}
+	h[k] = val
+	return nil
+}
+
+type enqueueOpts struct {
+	id, topic, exchange, routingKey, contentType, body, bodyFile, at, file string
+	delay                                                                  time.Duration
+	headers                                                                headerFlag
+	upsert                                                                 bool
+	batch                                                                  int
+}
+
+func enqueueFlags() (*flag.FlagSet, *enqueueOpts) {
+	o := &enqueueOpts{headers: headerFlag{}}
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.StringVar(&o.id, "id", "", "message id (business key), 1-256 bytes")
+	fs.StringVar(&o.topic, "topic", "", "topic, resolved by the scanners' route table")
+	fs.StringVar(&o.exchange, "exchange", "", "explicit exchange (\"\" = default exchange)")
+	fs.StringVar(&o.routingKey, "routing-key", "", "routing key for --exchange")
+	fs.DurationVar(&o.delay, "delay", 0, "publish after this delay (Redis clock), e.g. 90s")
+	fs.StringVar(&o.at, "at", "", "publish at this RFC 3339 time")
+	fs.Var(o.headers, "header", "AMQP header key=value (repeatable)")
+	fs.StringVar(&o.contentType, "content-type", "", "AMQP content type")
+	fs.StringVar(&o.body, "body", "", "message body text")
+	fs.StringVar(&o.bodyFile, "body-file", "", "read the body from this file")
+	fs.BoolVar(&o.upsert, "upsert", false, "replace a scheduled or dead message with the same id")
+	fs.StringVar(&o.file, "f", "", "JSON Lines file of messages ('-' = stdin)")
+	fs.IntVar(&o.batch, "batch", 500, "with -f: messages per pipelined batch")
+	return fs, o
+}
+
+func runEnqueue(ctx context.Context, e *env, args []string) int {
+	fs, o := enqueueFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil || len(pos) > 0 {
+		if err == nil {
+			fmt.Fprintf(e.stderr, "delayq enqueue: unexpected arguments %q\n", pos)
+		}
+		return exitUsage
+	}
+	if o.file != "" {
+		return enqueueFile(ctx, e, o)
+	}
+	m := shard.Message{ID: o.id, Topic: o.topic, Exchange: o.exchange, RoutingKey: o.routingKey,
+		Headers: o.headers, ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case set["delay"] && set["at"]:
+		fmt.Fprintln(e.stderr, "delayq enqueue: give --delay or --at, not both")
+		return exitUsage
+	case !set["delay"] && !set["at"]:
+		fmt.Fprintln(e.stderr, "delayq enqueue: give --delay or --at")
+		return exitUsage
+	case set["body"] && set["body-file"]:
+		fmt.Fprintln(e.stderr, "delayq enqueue: give --body or --body-file, not both")
+		return exitUsage
+	}
+	if set["at"] {
+		if m.At, err = time.Parse(time.RFC3339Nano, o.at); err != nil {
+			fmt.Fprintf(e.stderr, "delayq enqueue: --at: %v\n", err)
+			return exitUsage
+		}
+	}
+	if set["body-file"] {
+		if m.Body, err = os.ReadFile(o.bodyFile); err != nil {
+			return e.fail("enqueue", err)
+		}
+	}
+	p, done, err := e.producer(ctx)
+	if err != nil {
+		return e.fail("enqueue", err)
+	}
+	defer done()
+	enq := p.Enqueue
+	if o.upsert {
+		enq = p.Upsert
+	}
+	s, err := enq(ctx, m)
+	if err != nil {
+		return e.fail("enqueue", err)
+	}
+	fmt.Fprintf(e.stdout, "enqueued %s to shard %d, due %s\n", s.ID, s.Shard, s.Due.UTC().Format(time.RFC3339Nano))
+	return exitOK
+}
+
+// enqueueFile streams a JSON Lines file in pipelined batches. Bad lines are
+// reported with their number and skipped; the rest are enqueued.
+func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
+	var r io.Reader = e.stdin
+	if o.file != "-" {
+		f, err := os.Open(o.file)
+		if err != nil {
+			return e.fail("enqueue", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	p, done, err := e.producer(ctx)
+	if err != nil {
+		return e.fail("enqueue", err)
+	}
+	defer done()
+	var enqueued, duplicates, rejected, failed int
+	var msgs []shard.Message
+	var lines []int
+	flush := func() error {
+		if len(msgs) == 0 {
+			return nil
+		}
+		res, err := p.EnqueueBatch(ctx, msgs)
+		for i, r := range res {
+			switch {
+			case r.Err == nil:
+				enqueued++
+			case errors.Is(r.Err, shard.ErrDuplicate):
+				duplicates++
+				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
+			case errors.Is(r.Err, shard.ErrInvalid):
+				rejected++
+				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
+			default: // Redis failed: not the line's fault; err says why
+				failed++
+			}
+		}
+		msgs, lines = msgs[:0], lines[:0]
+		return err
+	}
+	summary := func() {
+		fmt.Fprintf(e.stdout, "enqueued %d, duplicates %d, rejected %d", enqueued, duplicates, rejected)
+		if failed > 0 {
+			fmt.Fprintf(e.stdout, ", not enqueued because Redis failed %d", failed)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	lr := shard.NewLineReader(r, e.cfg.MaxBody)
+	for {
+		m, line, err := lr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var le *shard.LineError
+		if errors.As(err, &le) {
+			rejected++
+			fmt.Fprintf(e.stderr, "%v\n", le)
+			continue
+		}
+		if err != nil {
+			ferr := flush()
+			summary()
+			return e.fail("enqueue", errors.Join(fmt.Errorf("reading %s after line %d: %w", o.file, line, err), ferr))
+		}
+		msgs, lines = append(msgs, m), append(lines, line)
+		if len(msgs) >= o.batch {
+			if err := flush(); err != nil {
+				summary()
+				return e.fail("enqueue", err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		summary()
+		return e.fail("enqueue", err)
+	}
+	summary()
+	if rejected > 0 {
+		return exitFail
+	}
+	return exitOK
+}
+
+func runCancel(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, "delayq cancel: give at least one ID")
+		return exitUsage
+	}
+	p, done, err := e.producer(ctx)
+	if err != nil {
+		return e.fail("cancel", err)
+	}
+	defer done()
+	code := exitOK
+	for _, id := range args {
+		if err := p.Cancel(ctx, id); err != nil {
+			code = e.fail("cancel", err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "cancelled %s\n", id)
+	}
+	return code
+}
+
+func rescheduleFlags() (*flag.FlagSet, *time.Duration, *string) {
+	fs := flag.NewFlagSet("reschedule", flag.ContinueOnError)
+	d := fs.Duration("delay", 0, "due after this delay from now (Redis clock)")
+	at := fs.String("at", "", "due at this RFC 3339 time")
+	return fs, d, at
+}
+
+func runReschedule(ctx context.Context, e *env, args []string) int {
+	fs, delay, at := rescheduleFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if len(pos) != 1 || set["delay"] == set["at"] {
+		fmt.Fprintln(e.stderr, "delayq reschedule: give one ID and one of --delay or --at")
+		return exitUsage
+	}
+	p, done, err := e.producer(ctx)
+	if err != nil {
+		return e.fail("reschedule", err)
+	}
+	defer done()
+	var due time.Time
+	if set["at"] {
+		t, perr := time.Parse(time.RFC3339Nano, *at)
+		if perr != nil {
+			fmt.Fprintf(e.stderr, "delayq reschedule: --at: %v\n", perr)
+			return exitUsage
+		}
+		due, err = p.Reschedule(ctx, pos[0], t)
+	} else {
+		due, err = p.RescheduleAfter(ctx, pos[0], *delay)
+	}
+	if err != nil {
+		return e.fail("reschedule", err)
+	}
+	fmt.Fprintf(e.stdout, "rescheduled %s, due %s\n", pos[0], due.UTC().Format(time.RFC3339Nano))
+	return exitOK
+}
+
+func inspectFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	return fs, fs.Bool("json", false, "print JSON")
+}
+
+// inspectView is inspect's output.
+type inspectView struct {
+	ID          string            `json:"id"`
+	Shard       int               `json:"shard"`
+	State       shard.State       `json:"state"`
+	At          string            `json:"at,omitempty"`
+	Attempts    int               `json:"attempts"`
+	Reason      string            `json:"reason,omitempty"`
+	Topic       string            `json:"topic,omitempty"`
+	Exchange    string            `json:"exchange,omitempty"`
+	RoutingKey  string            `json:"routing_key,omitempty"`
+	ContentType string            `json:"content_type,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	BodyBytes   int               `json:"body_bytes"`
+	Corrupt     string            `json:"corrupt,omitempty"`
+}
+
+func runInspect(ctx context.Context, e *env, args []string) int {
+	fs, asJSON := inspectFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil || len(pos) != 1 {
+		if err == nil {
+			fmt.Fprintln(e.stderr, "delayq inspect: give one ID")
+		}
+		return exitUsage
+	}
+	p, done, err := e.producer(ctx)
+	if err != nil {
+		return e.fail("inspect", err)
+	}
+	defer done()
+	info, err := p.Inspect(ctx, pos[0])
+	if err != nil {
+		return e.fail("inspect", err)
+	}
+	v := inspectView{ID: info.ID, Shard: info.Shard, State: info.State, Attempts: info.Attempts, Reason: info.Reason}
+	if !info.At.IsZero() {
+		v.At = info.At.UTC().Format(time.RFC3339Nano)
+	}
+	if env := info.Envelope; env != nil {
+		v.Topic, v.Exchange, v.RoutingKey, v.ContentType, v.BodyBytes = env.Topic, env.Exchange, env.RoutingKey, env.ContentType, len(env.Body)
+		if len(env.Headers) > 0 {
+			v.Headers = map[string]string{}
+			for _, h := range env.Headers {
+				v.Headers[h.Key] = h.Value
+			}
+		}
+	}
+	if info.Corrupt != nil {
+		v.Corrupt = info.Corrupt.Error()
+	}
+	if *asJSON {
+		return writeJSON(e, v)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	row := func(k, val string) {
+		if val != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, val)
+		}
+	}
+	row("id", v.ID)
+	row("shard", fmt.Sprint(v.Shard))
+	row("state", string(v.State))
+	switch info.State {
+	case shard.StateScheduled:
+		row("due", v.At)
+	case shard.StateInFlight:
+		row("lease until", v.At)
+	case shard.StateDead:
+		row("dead since", v.At)
+	}
+	row("attempts", fmt.Sprint(v.Attempts))
+	row("reason", v.Reason)
+	row("topic", v.Topic)
+	row("exchange", v.Exchange)
+	row("routing key", v.RoutingKey)
+	row("content type", v.ContentType)
+	keys := make([]string, 0, len(v.Headers))
+	for k := range v.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("header "+k, v.Headers[k])
+	}
+	if info.Envelope != nil {
+		row("body", fmt.Sprintf("%d bytes", v.BodyBytes))
+	}
+	row("corrupt", v.Corrupt)
+	_ = tw.Flush()
+	return exitOK
+}
+
+func writeJSON(e *env, v any) int {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return e.fail("json", err)
+	}
+	return exitOK
+}
+
+func statsFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	return fs, fs.Bool("json", false, "print JSON")
+}
+
+// shardView is one row of stats.
+type shardView struct {
+	Shard            int     `json:"shard"`
+	Scheduled        int64   `json:"scheduled"`
+	DueNow           int64   `json:"due_now"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	NextDue          string  `json:"next_due,omitempty"`
+	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
+}
+
+type statsView struct {
+	Namespace string      `json:"namespace"`
+	Shards    []shardView `json:"shards"`
+	Total     shardView   `json:"total"`
+}
+
+func runStats(ctx context.Context, e *env, args []string) int {
+	fs, asJSON := statsFlags()
+	if pos, err := parse(fs, args, e.stderr); err != nil || len(pos) > 0 {
+		return exitUsage
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	defer rdb.Close()
+	all, err := st.Stats(ctx, e.cfg.Shards)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	v := statsView{Namespace: e.cfg.Namespace, Total: shardView{Shard: -1}}
+	var nextMs int64 = -1
+	for _, s := range all {
+		row := shardView{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead,
+			OldestOverdueSec: s.OldestOverdue().Seconds()}
+		if s.HeadMs >= 0 {
+			row.NextDue = time.UnixMilli(s.HeadMs).UTC().Format(time.RFC3339Nano)
+			if nextMs < 0 || s.HeadMs < nextMs {
+				nextMs = s.HeadMs
+			}
+		}
+		v.Shards = append(v.Shards, row)
+		t := &v.Total
+		t.Scheduled += row.Scheduled
+		t.DueNow += row.DueNow
+		t.InFlight += row.InFlight
+		t.Dead += row.Dead
+		t.OldestOverdueSec = max(t.OldestOverdueSec, row.OldestOverdueSec)
+	}
+	if nextMs >= 0 {
+		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
+	}
+	if *asJSON {
+		return writeJSON(e, v)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(e.stdout, "namespace %s, %d shards\n", v.Namespace, len(v.Shards))
+	fmt.Fprintln(tw, "shard\tscheduled\tdue now\tin flight\tdead\toldest overdue\tnext due\t")
+	for _, r := range append(v.Shards, v.Total) {
+		name := fmt.Sprint(r.Shard)
+		if r.Shard < 0 {
+			name = "total"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", name, r.Scheduled, r.DueNow, r.InFlight, r.Dead,
+			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue))
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
