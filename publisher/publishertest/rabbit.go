@@ -93,6 +93,7 @@ func StartRabbit() (*Rabbit, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start epmd: %w", err)
 	}
+	shardtest.TrackProcessGroup(r.epmd.Process.Pid)
 	if err := r.Start(); err != nil {
 		r.Close()
 		return nil, err
@@ -115,6 +116,7 @@ func (r *Rabbit) Start() error {
 		return fmt.Errorf("start rabbitmq-server: %w", err)
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
+	shardtest.TrackProcessGroup(cmd.Process.Pid)
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
 	deadline := time.Now().Add(120 * time.Second)
 	for {

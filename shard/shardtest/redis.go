@@ -40,6 +40,22 @@ func Require(tb testing.TB, err error) {
 	tb.Fatalf("test server: %v", err)
 }
 
+// TrackProcessGroup records a server's process group id in the file named
+// by $DELAYQ_TEST_PIDFILE, when set, so that scripts/test.sh can kill what
+// a crashed test binary left running (by PID, never by name).
+func TrackProcessGroup(pgid int) {
+	path := os.Getenv("DELAYQ_TEST_PIDFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return // best effort: the normal cleanup path does not need it
+	}
+	defer f.Close()
+	fmt.Fprintln(f, pgid)
+}
+
 // Redis is a redis-server child process.
 type Redis struct {
 	Addr string
@@ -94,6 +110,7 @@ func (r *Redis) Start() error {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
+	TrackProcessGroup(cmd.Process.Pid)
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
 	defer c.Close()

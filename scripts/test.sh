@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs delayq's whole test suite against real servers:
+#   1. installs redis-server and rabbitmq-server if missing (scripts/install.sh);
+#   2. go vet ./...;
+#   3. go test -race -count=1 ./... -- each test package starts its own Redis
+#      and RabbitMQ on 127.0.0.1, free non-default ports, temporary
+#      directories, and stops them when it ends;
+#   4. kills, by PID, any server a crashed test binary left behind.
+# Under CI=true a test that finds no server fails instead of skipping.
+# Extra arguments go to go test (e.g. scripts/test.sh -run TestEndToEnd).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+
+scripts/install.sh || exit 1
+
+export DELAYQ_TEST_PIDFILE
+DELAYQ_TEST_PIDFILE=$(mktemp -t delayq-test-pids.XXXXXX)
+log=$(mktemp -t delayq-test-log.XXXXXX)
+cleanup() {
+  while read -r pgid; do
+    [ -n "$pgid" ] && kill -9 -- "-$pgid" 2>/dev/null
+  done < "$DELAYQ_TEST_PIDFILE"
+  rm -f "$DELAYQ_TEST_PIDFILE" "$log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== go vet ./..."
+go vet ./... || exit 1
+
+echo "== go test -race -count=1 ./... (real Redis and RabbitMQ; full log on failure)"
+start=$(date +%s)
+go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
+rc=$?
+# Package results and the lines that report lateness, kills and duplicates.
+grep -E '^(ok|FAIL|panic:)|^\s+(e2e|scanner)_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates)' "$log"
+if [ $rc -ne 0 ]; then
+  echo "== failures"
+  grep -nE -- '--- FAIL|^panic:|DATA RACE|\[build failed\]|cannot|undefined' "$log" | head -50
+  echo "== log of the failed tests (last 400 lines)"
+  tail -n 400 "$log"
+fi
+passed=$(grep -cE -- '^\s*--- PASS' "$log")
+failed=$(grep -cE -- '^\s*--- FAIL' "$log")
+skipped=$(grep -cE -- '^\s*--- SKIP' "$log")
+echo "== $(( $(date +%s) - start ))s"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+exit $rc
