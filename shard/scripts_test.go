@@ -18,10 +18,16 @@ import (
 var (
 	srv    *shardtest.Redis
 	srvErr error
+	// redisAddr is what the examples connect to: the test server when it
+	// started.
+	redisAddr = "127.0.0.1:6379"
 )
 
 func TestMain(m *testing.M) {
 	srv, srvErr = shardtest.StartRedis(shardtest.RedisOptions{})
+	if srv != nil {
+		redisAddr = srv.Addr
+	}
 	code := m.Run()
 	if srv != nil {
 		srv.Close()

@@ -1,5 +1,3 @@
-// Command delayq is the delayq binary: the scanner worker and the operator
-// and producer commands. Run `delayq help` or `delayq <command> -h`.
 package main
 
 import (
