@@ -190,7 +190,7 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 	defer own.Close()
 	p := start(t, own.URL)
 	own.Kill()
-	waitFor(t, 10*time.Second, func() bool { return !p.Ready() })
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return !p.Ready() }, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	if _, err := p.Publish(ctx, publisher.Message{RoutingKey: "q", MessageID: "m"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("publish while down: %v, want to wait for the connection", err)
@@ -225,16 +225,5 @@ func TestBadURL(t *testing.T) {
 	}
 	if r := publisher.Redact("amqp://guest:secret@h:5672/"); strings.Contains(r, "secret") {
 		t.Errorf("Redact = %s", r)
-	}
-}
-
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -174,7 +174,7 @@ func (f *fleet) delivered(id string) []delivery {
 // waitAll waits until every id was delivered at least once.
 func (f *fleet) waitAll(ids []string, within time.Duration) {
 	f.t.Helper()
-	waitFor(f.t, within, func() bool {
+	shardtest.WaitFor(f.t, within, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, id := range ids {
@@ -194,17 +194,6 @@ func (f *fleet) waitAll(ids []string, within time.Duration) {
 		}
 		return fmt.Sprintf("%d of %d never delivered, e.g. %v", len(missing), len(ids), missing[:min(5, len(missing))])
 	})
-}
-
-func waitFor(t *testing.T, within time.Duration, cond func() bool, why func() string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, why())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestDeliversOnTimeNeverEarly(t *testing.T) {
@@ -263,7 +252,7 @@ func TestWakeUpCutsIdleSleep(t *testing.T) {
 	// Let the fleet finish its first rounds and go idle: the cursor has
 	// gone round every shard for every goroutine.
 	rdb := redisSrv.Client(t)
-	waitFor(t, 10*time.Second, func() bool {
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
 		n, _ := rdb.Get(t.Context(), shard.CursorKey(f.ns)).Int()
 		return n >= 16*8
 	}, func() string { return "fleet never went round the shards" })
@@ -317,7 +306,7 @@ func TestUndeliverableGoesDead(t *testing.T) {
 	}
 	for id, reason := range want {
 		var info shard.Info
-		waitFor(t, 10*time.Second, func() bool {
+		shardtest.WaitFor(t, 10*time.Second, func() bool {
 			var err error
 			info, err = f.prod.Inspect(t.Context(), id)
 			return err == nil && info.State == shard.StateDead
@@ -363,7 +352,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 200 },
+	shardtest.WaitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 200 },
 		func() string { return "flow did not start" })
 	own.Kill()
 	t.Logf("RabbitMQ killed after %d published", f.scanner.Counts().Published)

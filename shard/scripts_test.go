@@ -266,7 +266,7 @@ func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
 	b.enqueue(t, "m", 0)
 	first := b.claimAll(t, 1, 50*time.Millisecond)[0]
 	var again shard.Claimed
-	waitFor(t, 5*time.Second, func() bool {
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
 		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -276,7 +276,7 @@ func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
 			return true
 		}
 		return false
-	})
+	}, nil)
 	if again.ID != "m" || again.Attempt != 2 || again.Token == first.Token {
 		t.Fatalf("redelivery %+v after %+v", again, first)
 	}
@@ -423,16 +423,5 @@ func TestValidation(t *testing.T) {
 	}
 	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "dx", RoutingKey: "queue"}); err != nil {
 		t.Errorf("default exchange with a routing key: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", within)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -28,9 +27,8 @@ type Rabbit struct {
 	URL  string // amqp://guest:guest@127.0.0.1:PORT/
 	Dir  string
 	env  []string
-	epmd *exec.Cmd // our own epmd on a private port, owned and killed by PID
-	cmd  *exec.Cmd
-	done chan struct{}
+	epmd *shardtest.Proc // our own epmd on a private port, owned and killed by PID
+	node *shardtest.Proc
 }
 
 // StartRabbit starts a node in a new temporary directory and waits until it
@@ -87,13 +85,10 @@ func StartRabbit() (*Rabbit, error) {
 	// Start epmd ourselves (in the foreground, as a child) so that Close can
 	// stop it by PID; the node registers with it instead of spawning a
 	// daemon that would outlive the test.
-	r.epmd = exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")
-	r.epmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := r.epmd.Start(); err != nil {
+	if r.epmd, err = shardtest.StartProc(exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start epmd: %w", err)
+		return nil, err
 	}
-	shardtest.TrackProcessGroup(r.epmd.Process.Pid)
 	if err := r.Start(); err != nil {
 		r.Close()
 		return nil, err
@@ -104,49 +99,33 @@ func StartRabbit() (*Rabbit, error) {
 // Start (re)starts the node with the same ports and data directory, so
 // durable queues and persistent messages survive a Kill.
 func (r *Rabbit) Start() error {
-	out, err := os.OpenFile(filepath.Join(r.Dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile := filepath.Join(r.Dir, "console.log")
+	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
 	cmd := exec.Command(rabbitBin + "rabbitmq-server")
 	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start rabbitmq-server: %w", err)
+	p, err := shardtest.StartProc(cmd)
+	if err != nil {
+		return err
 	}
-	r.cmd, r.done = cmd, make(chan struct{})
-	shardtest.TrackProcessGroup(cmd.Process.Pid)
-	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	r.node = p
+	return p.WaitReady("rabbitmq-server", 120*time.Second, 100*time.Millisecond, logFile, func() error {
 		conn, err := amqp.DialConfig(r.URL, amqp.Config{Dial: amqp.DefaultDial(time.Second)})
 		if err == nil {
 			_ = conn.Close()
-			return nil
 		}
-		select {
-		case <-r.done:
-			log, _ := os.ReadFile(filepath.Join(r.Dir, "console.log"))
-			return fmt.Errorf("rabbitmq-server exited early: %s", tail(string(log), 15))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			r.Kill()
-			return fmt.Errorf("rabbitmq-server did not accept AMQP within 120s: %w", err)
-		}
-	}
+		return err
+	})
 }
 
 // Kill stops the node with SIGKILL (its whole process group) and waits for
 // it to exit. The data directory stays for a later Start.
 func (r *Rabbit) Kill() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-	<-r.done
-	r.cmd = nil
+	r.node.Kill()
+	r.node = nil
 }
 
 // Ctl runs rabbitmqctl against the node, e.g. Ctl("set_vm_memory_high_watermark", "0.0001").
@@ -155,7 +134,7 @@ func (r *Rabbit) Ctl(args ...string) (string, error) {
 	cmd.Env = r.env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 5))
+		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, shardtest.Tail(string(out), 5))
 	}
 	return string(out), nil
 }
@@ -163,17 +142,6 @@ func (r *Rabbit) Ctl(args ...string) (string, error) {
 // Close kills the node, stops its private epmd and removes the directory.
 func (r *Rabbit) Close() {
 	r.Kill()
-	if r.epmd != nil && r.epmd.Process != nil {
-		_ = r.epmd.Process.Kill()
-		_ = r.epmd.Wait()
-	}
+	r.epmd.Kill()
 	_ = os.RemoveAll(r.Dir)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

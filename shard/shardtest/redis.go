@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,8 +60,7 @@ type Redis struct {
 	Addr string
 	Dir  string
 	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *Proc
 }
 
 // RedisOptions configure StartRedis.
@@ -104,53 +102,30 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 
 // Start (re)starts the server process on the same port and directory.
 func (r *Redis) Start() error {
-	cmd := exec.Command(r.args[0], r.args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
+	p, err := StartProc(exec.Command(r.args[0], r.args[1:]...))
+	if err != nil {
+		return err
 	}
-	r.cmd, r.done = cmd, make(chan struct{})
-	TrackProcessGroup(cmd.Process.Pid)
-	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(r.done)
+	r.proc = p
 	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return p.WaitReady("redis-server on "+r.Addr, 10*time.Second, 20*time.Millisecond, filepath.Join(r.Dir, "log"), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-r.done:
-			log, _ := os.ReadFile(filepath.Join(r.Dir, "log"))
-			return fmt.Errorf("redis-server exited: %s", lastLines(string(log), 5))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			r.kill()
-			return fmt.Errorf("redis-server on %s did not answer PING: %w", r.Addr, err)
-		}
-	}
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
 }
 
 // Kill stops the server with SIGKILL and waits until the process is gone.
 // Its directory (and AOF) stays for a later Start.
-func (r *Redis) Kill() { r.kill() }
-
-func (r *Redis) kill() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-	<-r.done
-	r.cmd = nil
+func (r *Redis) Kill() {
+	r.proc.Kill()
+	r.proc = nil
 }
 
 // Close kills the server and removes its directory.
 func (r *Redis) Close() {
-	r.kill()
+	r.Kill()
 	_ = os.RemoveAll(r.Dir)
 }
 
@@ -186,12 +161,4 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
