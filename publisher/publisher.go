@@ -319,6 +319,7 @@ type channel struct {
 
 	confirms chan amqp.Confirmation
 	returns  chan amqp.Return
+	closed   chan *amqp.Error
 }
 
 func openChannel(conn *amqp.Connection) (*channel, error) {
@@ -336,6 +337,7 @@ func openChannel(conn *amqp.Connection) (*channel, error) {
 	// always seen before the ack of the same publish.
 	c.returns = ch.NotifyReturn(make(chan amqp.Return))
 	c.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, confirmBuffer))
+	c.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	return c, nil
 }
 
@@ -345,6 +347,17 @@ func openChannel(conn *amqp.Connection) (*channel, error) {
 func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
 	for {
 		c.resolve()
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		// The library sends the reason, then closes the channel: this
+		// receive does not block for long.
+		if e := <-closed; e != nil && e.Code == amqp.NotFound {
+			// Most likely a publish to an exchange that was deleted after
+			// ExchangeExists saw it: check again before the next publish.
+			p.forgetExchanges()
+			p.log.Warn("AMQP channel closed by the broker", zap.Error(e))
+		}
 		if conn.IsClosed() {
 			return
 		}
@@ -353,7 +366,7 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
 			if err == nil {
 				c.pubMu.Lock()
 				c.mu.Lock()
-				c.ch, c.confirms, c.returns, c.dead = nc.ch, nc.confirms, nc.returns, false
+				c.ch, c.confirms, c.returns, c.closed, c.dead = nc.ch, nc.confirms, nc.returns, nc.closed, false
 				c.pending, c.returned = nc.pending, nc.returned
 				c.mu.Unlock()
 				c.pubMu.Unlock()
@@ -516,6 +529,12 @@ func (c *channel) publish(ctx context.Context, m Message) (*Confirm, error) {
 		return nil, fmt.Errorf("publish %q: %w", m.MessageID, err)
 	}
 	return f, nil
+}
+
+func (p *Publisher) forgetExchanges() {
+	p.exMu.Lock()
+	clear(p.exSeen)
+	p.exMu.Unlock()
 }
 
 // ExchangeExists reports whether exchange name exists (passive declare on a

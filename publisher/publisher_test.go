@@ -227,3 +227,41 @@ func TestBadURL(t *testing.T) {
 		t.Errorf("Redact = %s", r)
 	}
 }
+
+// TestDeletedExchangeIsCheckedAgain: after a publish hits an exchange that
+// was deleted since ExchangeExists saw it, the next check asks the broker.
+func TestDeletedExchangeIsCheckedAgain(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	p := start(t, rabbit.URL)
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := shardtest.Namespace(t)
+	if err := ch.ExchangeDeclare(ex, "direct", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.ExchangeExists(t.Context(), ex); !ok || err != nil {
+		t.Fatalf("before delete: %v %v", ok, err)
+	}
+	if err := ch.ExchangeDelete(ex, false, false); err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.Publish(t.Context(), publisher.Message{Exchange: ex, MessageID: "m"})
+	if err == nil {
+		err = f.Wait(t.Context())
+	}
+	if !errors.Is(err, publisher.ErrConnectionLost) {
+		t.Fatalf("publish to the deleted exchange: %v", err)
+	}
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		ok, err := p.ExchangeExists(t.Context(), ex)
+		return !ok && err == nil
+	}, func() string { return "ExchangeExists still answers from its cache" })
+}
