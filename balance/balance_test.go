@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -25,6 +26,8 @@ var (
 	srv    *shardtest.Redis
 	srvErr error
 )
+
+func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestMain(m *testing.M) {
 	srv, srvErr = shardtest.StartRedis(shardtest.RedisOptions{})

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs delayq's whole test suite against real servers:
-#   1. installs redis-server and rabbitmq-server if missing (scripts/install.sh);
+#   1. installs redis-server and rabbitmq-server if missing (scripts/install.sh)
+#      and builds Consul into ~/.cache/delayq once (scripts/install-consul.sh);
 #   2. go vet ./...;
-#   3. go test -race -count=1 ./... -- each test package starts its own Redis
-#      and RabbitMQ on 127.0.0.1, free non-default ports, temporary
+#   3. go test -race -count=1 ./... -- each test package starts its own Redis,
+#      RabbitMQ and Consul on 127.0.0.1, free non-default ports, temporary
 #      directories, and stops them when it ends;
 #   4. kills, by PID, any server a crashed test binary left behind.
 # Under CI=true a test that finds no server fails instead of skipping.
@@ -13,6 +14,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 scripts/install.sh || exit 1
+export DELAYQ_CONSUL_BIN
+DELAYQ_CONSUL_BIN=$(scripts/install-consul.sh) || exit 1
 
 export DELAYQ_TEST_PIDFILE
 DELAYQ_TEST_PIDFILE=$(mktemp -t delayq-test-pids.XXXXXX)

@@ -33,6 +33,12 @@ func ShardKeys(ns string, i int) Keys {
 // next shard.
 func CursorKey(ns string) string { return "delayq:{" + ns + "}:cursor" }
 
+// LayoutKey is the namespace's shard layout HASH: hwm (shards scanners must
+// cover), maxever (the largest M ever recorded), m and m_index (the last M
+// read from Consul and its Consul ModifyIndex, for producers that cannot
+// reach Consul).
+func LayoutKey(ns string) string { return "delayq:{" + ns + "}:layout" }
+
 // WakeChannel is the Pub/Sub channel on which the enqueue and reschedule
 // scripts announce a new, earlier head of a shard. A notice's payload is
 // "<shard>:<due unix ms>" (see ParseNotice).

@@ -17,6 +17,13 @@ type ShardCounter interface {
 	ShardCount() (int, error)
 }
 
+// highWaterer is implemented by counters that know how many shards may
+// hold messages (balance.Layout); Cancel, Reschedule and Inspect then find
+// messages written under an older M.
+type highWaterer interface {
+	HighWater() (int, error)
+}
+
 // ProducerOptions configure a Producer. The zero value is valid.
 type ProducerOptions struct {
 	// MaxBody is the largest body accepted, in bytes. Default DefaultMaxBody.
@@ -182,26 +189,55 @@ func (p *Producer) failAll(res []BatchResult, todo []int, err error) error {
 	return err
 }
 
-// shardOf returns the shard an id hashes to now.
-func (p *Producer) shardOf(id string) (int, error) {
+// shardOf returns the shard an id hashes to now, and how many shards may
+// hold it (for a lookup after a resize).
+func (p *Producer) shardOf(id string) (shard, upTo int, err error) {
 	if err := validateID(id); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	n, err := p.shards.ShardCount()
 	if err != nil {
-		return 0, fmt.Errorf("shard count: %w", err)
+		return 0, 0, fmt.Errorf("shard count: %w", err)
 	}
-	return Of(id, n), nil
+	upTo = n
+	if hw, ok := p.shards.(highWaterer); ok {
+		if h, err := hw.HighWater(); err == nil {
+			upTo = max(h, n)
+		}
+	}
+	return Of(id, n), upTo, nil
+}
+
+// elsewhere runs op on the shard of id and, when that says ErrNotFound,
+// on the shard that holds id after a resize, if any.
+func (p *Producer) elsewhere(ctx context.Context, id string, op func(shard int) error) error {
+	i, upTo, err := p.shardOf(id)
+	if err != nil {
+		return err
+	}
+	err = op(i)
+	if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	j, found, lerr := p.store.locateElsewhere(ctx, id, i, upTo)
+	if lerr != nil {
+		return lerr
+	}
+	if !found {
+		return err
+	}
+	return op(j)
 }
 
 // Cancel removes a scheduled message. It returns ErrNotFound if no message
 // with that id is scheduled and ErrInFlight if it is being published.
 func (p *Producer) Cancel(ctx context.Context, id string) error {
-	i, err := p.shardOf(id)
-	if err != nil {
+	err := p.elsewhere(ctx, id, func(i int) error { return p.store.Cancel(ctx, i, id) })
+	var ie *InvalidError
+	if errors.As(err, &ie) {
 		return fmt.Errorf("cancel %q: %w", id, err)
 	}
-	return p.store.Cancel(ctx, i, id)
+	return err
 }
 
 // Reschedule moves a scheduled message to time at.
@@ -215,15 +251,19 @@ func (p *Producer) RescheduleAfter(ctx context.Context, id string, delay time.Du
 }
 
 func (p *Producer) move(ctx context.Context, id string, delay time.Duration, at time.Time) (time.Time, error) {
-	i, err := p.shardOf(id)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("reschedule %q: %w", id, err)
-	}
 	mode, ms, err := validateWhen(delay, at)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reschedule %q: %w", id, err)
 	}
-	due, err := p.store.reschedule(ctx, i, id, mode, ms)
+	var due int64
+	err = p.elsewhere(ctx, id, func(i int) (err error) {
+		due, err = p.store.reschedule(ctx, i, id, mode, ms)
+		return err
+	})
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return time.Time{}, fmt.Errorf("reschedule %q: %w", id, err)
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -232,9 +272,18 @@ func (p *Producer) move(ctx context.Context, id string, delay time.Duration, at 
 
 // Inspect reports where message id is: scheduled, in flight, dead or unknown.
 func (p *Producer) Inspect(ctx context.Context, id string) (Info, error) {
-	i, err := p.shardOf(id)
+	var info Info
+	err := p.elsewhere(ctx, id, func(i int) (err error) {
+		if info, err = p.store.Inspect(ctx, i, id); err == nil && info.State == StateUnknown {
+			return ErrNotFound
+		}
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return info, nil // unknown is an answer, not an error
+	}
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect %q: %w", id, err)
 	}
-	return p.store.Inspect(ctx, i, id)
+	return info, nil
 }

@@ -239,8 +239,41 @@ return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf',
   redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), h}
 `)
 
+// raiseLayoutScript records that M shards are in use.
+//
+//	KEYS[1] layout HASH
+//	ARGV[1] M   ARGV[2] Consul ModifyIndex of M, or 0 when M is not from Consul
+//
+// hwm = max(hwm, M), maxever = max(maxever, M); when ARGV[2] > m_index, the
+// mirror fields m and m_index are set. Returns {hwm, maxever, m, m_index}.
+// Complexity: O(1).
+var raiseLayoutScript = redis.NewScript(`
+local m = tonumber(ARGV[1])
+local f = redis.call('HMGET', KEYS[1], 'hwm', 'maxever', 'm', 'm_index')
+local hwm, maxever = tonumber(f[1] or '0'), tonumber(f[2] or '0')
+local mm, mi = tonumber(f[3] or '0'), tonumber(f[4] or '0')
+if m > hwm then hwm = m; redis.call('HSET', KEYS[1], 'hwm', hwm) end
+if m > maxever then maxever = m; redis.call('HSET', KEYS[1], 'maxever', maxever) end
+local idx = tonumber(ARGV[2])
+if idx > mi then mm, mi = m, idx; redis.call('HSET', KEYS[1], 'm', mm, 'm_index', mi) end
+return {hwm, maxever, mm, mi}
+`)
+
+// setHighWaterScript moves the high-water mark with a compare-and-set.
+//
+//	KEYS[1] layout HASH
+//	ARGV[1] expected hwm   ARGV[2] new hwm
+//
+// Returns 1 when hwm was ARGV[1] and is now ARGV[2], else 0. Complexity: O(1).
+var setHighWaterScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'hwm') or '0')
+if cur ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'hwm', ARGV[2])
+return 1
+`)
+
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
-	cancelScript, rescheduleScript, inspectScript, statsScript,
+	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,5 +424,92 @@ func TestValidation(t *testing.T) {
 	}
 	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "dx", RoutingKey: "queue"}); err != nil {
 		t.Errorf("default exchange with a routing key: %v", err)
+	}
+}
+
+// resizable is a ShardCounter whose M the test changes, with a high-water
+// mark like balance.Layout's.
+type resizable struct{ m, hw atomic.Int64 }
+
+func (r *resizable) ShardCount() (int, error) { return int(r.m.Load()), nil }
+func (r *resizable) HighWater() (int, error)  { return int(r.hw.Load()), nil }
+
+func TestFindAcrossResize(t *testing.T) {
+	b := setup(t, 1)
+	var r resizable
+	r.m.Store(4)
+	r.hw.Store(4)
+	prod := shard.NewProducer(b.store, &r, shard.ProducerOptions{})
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("m%d", i)
+		ids = append(ids, id)
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []int64{16, 2} { // grow, then shrink below the old M
+		r.m.Store(m)
+		r.hw.Store(max(r.hw.Load(), m))
+		moved := 0
+		for _, id := range ids {
+			if shard.Of(id, int(m)) != shard.Of(id, 4) {
+				moved++
+			}
+			info, err := prod.Inspect(b.ctx, id)
+			if err != nil || info.State != shard.StateScheduled || info.Shard != shard.Of(id, 4) {
+				t.Fatalf("M=%d: inspect %s: %+v %v", m, id, info, err)
+			}
+		}
+		if moved == 0 {
+			t.Fatalf("M=%d moves no id to another shard: the test proves nothing", m)
+		}
+	}
+	if _, err := prod.RescheduleAfter(b.ctx, "m1", time.Minute); err != nil {
+		t.Errorf("reschedule after resize: %v", err)
+	}
+	for _, id := range ids {
+		if err := prod.Cancel(b.ctx, id); err != nil {
+			t.Fatalf("cancel %s after resize: %v", id, err)
+		}
+	}
+	if err := prod.Cancel(b.ctx, "m1"); !errors.Is(err, shard.ErrNotFound) {
+		t.Errorf("cancel twice: %v", err)
+	}
+	if info, err := prod.Inspect(b.ctx, "m1"); err != nil || info.State != shard.StateUnknown {
+		t.Errorf("inspect after cancel: %+v %v", info, err)
+	}
+}
+
+func TestLayout(t *testing.T) {
+	b := setup(t, 1)
+	if l, err := b.store.ReadLayout(b.ctx); err != nil || l != (shard.Layout{}) {
+		t.Fatalf("empty layout: %+v %v", l, err)
+	}
+	l, err := b.store.RaiseLayout(b.ctx, 8, 5)
+	if err != nil || l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5}) {
+		t.Fatalf("raise to 8: %+v %v", l, err)
+	}
+	// A smaller M does not lower the mark; an older Consul index does not
+	// overwrite the mirror.
+	if l, _ = b.store.RaiseLayout(b.ctx, 4, 3); l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5}) {
+		t.Fatalf("stale raise: %+v", l)
+	}
+	if l, _ = b.store.RaiseLayout(b.ctx, 4, 9); l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 4, MIndex: 9}) {
+		t.Fatalf("newer M: %+v", l)
+	}
+	if ok, err := b.store.SetHighWater(b.ctx, 7, 4); ok || err != nil {
+		t.Errorf("CAS with a wrong old value: %v %v", ok, err)
+	}
+	if ok, err := b.store.SetHighWater(b.ctx, 8, 4); !ok || err != nil {
+		t.Errorf("CAS: %v %v", ok, err)
+	}
+	if l, _ = b.store.ReadLayout(b.ctx); l.HighWater != 4 || l.MaxEver != 8 {
+		t.Errorf("after CAS: %+v", l)
+	}
+	b.enqueue(t, "x", time.Hour) // M=1: shard 0
+	occ, err := b.store.Occupied(b.ctx, 0, 3)
+	if err != nil || !occ[0] || occ[1] || occ[2] {
+		t.Errorf("occupied: %v %v", occ, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -30,7 +31,10 @@ type Config struct {
 	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
 	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL; the password is never logged"`
 	Namespace       string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
-	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards (ZSETs) of the namespace"`
+	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards; with Consul only the fallback while Consul is unreachable"`
+	ConsulAddr      string        `envconfig:"CONSUL_ADDR" desc:"Consul HTTP address host:port; when set, M is read from DELAYQ_CONSUL_KEY and watched"`
+	ConsulToken     string        `envconfig:"CONSUL_TOKEN" desc:"Consul ACL token (never logged)"`
+	ConsulKey       string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
 	Goroutines      int           `envconfig:"GOROUTINES" default:"32" desc:"scan: claim loops per scanner process"`
 	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
 	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
@@ -74,6 +78,26 @@ func (c Config) validate() error {
 		return fmt.Errorf("%s_LOG_FORMAT: %q, want json or console", envPrefix, c.LogFormat)
 	}
 	return nil
+}
+
+// consulKey is the KV key of M.
+func (c Config) consulKey() string {
+	if c.ConsulKey != "" {
+		return c.ConsulKey
+	}
+	return balance.DefaultConsulKey(c.Namespace)
+}
+
+// newConsul returns a Consul API client, or nil when none is configured.
+func newConsul(c Config) (*api.Client, error) {
+	if c.ConsulAddr == "" {
+		return nil, nil
+	}
+	cl, err := api.NewClient(&api.Config{Address: c.ConsulAddr, Token: c.ConsulToken})
+	if err != nil {
+		return nil, fmt.Errorf("%s_CONSUL_ADDR %s: %w", envPrefix, c.ConsulAddr, err)
+	}
+	return cl, nil
 }
 
 func (c Config) scannerConfig() scanner.Config {

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -52,6 +53,7 @@ var commands = []command{
 	{"reschedule", "ID (--delay D | --at T)", "move a scheduled message", runReschedule},
 	{"inspect", "ID", "show where a message is", runInspect},
 	{"stats", "[--json]", "per-shard counts", runStats},
+	{"shards", "[set M]", "show M, its source and the high-water mark; set M in Consul", runShards},
 }
 
 // env is what a command runs with.
@@ -123,7 +125,7 @@ func flagsOf(name string) *flag.FlagSet {
 	case "reschedule":
 		fs, _, _ := rescheduleFlags()
 		return fs
-	case "stats":
+	case "stats", "shards":
 		fs, _ := statsFlags()
 		return fs
 	case "inspect":
@@ -166,13 +168,61 @@ func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store,
 	return rdb, st, nil
 }
 
+// layout returns the shard layout: M from Consul (watched) when
+// DELAYQ_CONSUL_ADDR is set, else DELAYQ_SHARDS; the high-water mark from
+// Redis. A scanner (scanner=true) falls back to the M mirrored in Redis or
+// DELAYQ_SHARDS when Consul is unreachable, and says so loudly; a producer
+// uses the mirror or refuses to guess. stop releases what it started.
+func (e *env) layout(ctx context.Context, st *shard.Store, scanner bool) (l *balance.Layout, consul *api.Client, stop func(), err error) {
+	var counter balance.Counter = balance.Static(e.cfg.Shards)
+	var watcher *balance.ConsulWatcher
+	consul, err = newConsul(e.cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if consul != nil {
+		watcher = balance.NewConsulWatcher(consul, e.cfg.consulKey(), e.log)
+		if werr := watcher.Start(ctx, 5*time.Second); werr != nil {
+			e.log.Error("M not read from consul; see the source of M below", zap.Error(werr))
+		}
+		counter = watcher
+	}
+	opts := balance.LayoutOptions{Drain: scanner, Log: e.log}
+	if scanner {
+		opts.Fallback = e.cfg.Shards
+	}
+	l = balance.NewLayout(counter, st, opts)
+	stop = func() {
+		l.Stop()
+		if watcher != nil {
+			watcher.Stop()
+		}
+	}
+	if err := l.Start(ctx); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	if m, src, err := l.Current(); err != nil {
+		stop()
+		return nil, nil, nil, fmt.Errorf("shard count: %w (consul key %s)", err, e.cfg.consulKey())
+	} else if src != "consul" && src != "static" {
+		e.log.Error("consul unreachable: using a cached shard count", zap.Int("m", m), zap.String("source", src))
+	}
+	return l, consul, stop, nil
+}
+
 func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 	rdb, st, err := e.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	p := shard.NewProducer(st, balance.Static(e.cfg.Shards), shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
-	return p, func() { _ = rdb.Close() }, nil
+	l, _, stop, err := e.layout(ctx, st, false)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
+	return p, func() { stop(); _ = rdb.Close() }, nil
 }
 
 func (e *env) fail(cmd string, err error) int {
@@ -215,9 +265,13 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			e.log.Warn("closing publisher", zap.Error(err))
 		}
 	}()
-	src := balance.Static(c.Shards)
+	layout, consul, stopLayout, err := e.layout(ctx, st, true)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	defer stopLayout()
 	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
-		Store: st, Shards: src, Cursor: balance.NewCursor(rdb, c.Namespace, src),
+		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
 		Routes: routes, Publisher: pub, Log: e.log,
 	})
 	if err != nil {
@@ -226,14 +280,29 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err := sc.Start(ctx); err != nil {
 		return e.fail("scan", err)
 	}
+	var reg *balance.Registration
+	if consul != nil {
+		if reg, err = balance.Register(ctx, consul, c.Namespace, e.log); err != nil {
+			e.log.Error("not registered in consul; scanning anyway", zap.Error(err))
+		}
+	}
 	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
-		zap.Int("shards", c.Shards), zap.Int("routes", routes.Len()))
+		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
 	<-ctx.Done()
+	// Shutdown order: settle in-flight messages, leave the fleet, then the
+	// deferred closes: layout and Consul watch, publisher, Redis.
 	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
 	if err := sc.Stop(sctx); err != nil {
 		e.log.Warn("shutdown incomplete", zap.Error(err))
+	}
+	if reg != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(dctx); err != nil {
+			e.log.Warn("leaving the consul catalog", zap.Error(err))
+		}
 	}
 	return exitOK
 }
@@ -620,9 +689,26 @@ func runStats(ctx context.Context, e *env, args []string) int {
 		return e.fail("stats", err)
 	}
 	defer rdb.Close()
-	all, err := st.Stats(ctx, e.cfg.Shards)
+	n, err := e.shardsToShow(ctx, st)
 	if err != nil {
 		return e.fail("stats", err)
+	}
+	v, err := e.stats(ctx, st, n)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	if *asJSON {
+		return writeJSON(e, v)
+	}
+	printStats(e, v)
+	return exitOK
+}
+
+// stats counts shards [0, n).
+func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, error) {
+	all, err := st.Stats(ctx, n)
+	if err != nil {
+		return statsView{}, err
 	}
 	v := statsView{Namespace: e.cfg.Namespace, Total: shardView{Shard: -1}}
 	var nextMs int64 = -1
@@ -646,9 +732,10 @@ func runStats(ctx context.Context, e *env, args []string) int {
 	if nextMs >= 0 {
 		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
 	}
-	if *asJSON {
-		return writeJSON(e, v)
-	}
+	return v, nil
+}
+
+func printStats(e *env, v statsView) {
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(e.stdout, "namespace %s, %d shards\n", v.Namespace, len(v.Shards))
 	fmt.Fprintln(tw, "shard\tscheduled\tdue now\tin flight\tdead\toldest overdue\tnext due\t")
@@ -661,7 +748,6 @@ func runStats(ctx context.Context, e *env, args []string) int {
 			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue))
 	}
 	_ = tw.Flush()
-	return exitOK
 }
 
 func orDash(s string) string {

@@ -1,0 +1,214 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"go.uber.org/zap"
+)
+
+// ErrShardCountUnknown: M has not been read from its source yet and no
+// fallback applies. A producer must not guess M.
+var ErrShardCountUnknown = errors.New("shard count unknown")
+
+// DefaultConsulKey is the Consul KV key of M for a namespace.
+func DefaultConsulKey(ns string) string { return "delayq/" + ns + "/shards" }
+
+// ParseShardCount parses a Consul value of M: a decimal integer in
+// [1, MaxShards], surrounding white space allowed.
+func ParseShardCount(v string) (int, error) {
+	s := strings.TrimSpace(v)
+	if s == "" {
+		return 0, errors.New("empty value")
+	}
+	m, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a whole number", v)
+	}
+	if m < 1 || m > MaxShards {
+		return 0, fmt.Errorf("%d is outside 1..%d", m, MaxShards)
+	}
+	return m, nil
+}
+
+// ConsulWatcher keeps M from a Consul KV key up to date with blocking
+// queries. A bad value (not a number, out of range, empty) or a deleted key
+// is logged with the key and value, and the last good M stays in force.
+// While Consul is unreachable it keeps the last good M and retries with
+// backoff.
+type ConsulWatcher struct {
+	kv  *api.KV
+	key string
+	log *zap.Logger
+
+	mu      sync.Mutex
+	m       int
+	index   uint64 // ModifyIndex of the value m came from
+	changed chan struct{}
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewConsulWatcher watches key through client. The caller owns client.
+func NewConsulWatcher(client *api.Client, key string, log *zap.Logger) *ConsulWatcher {
+	return &ConsulWatcher{kv: client.KV(), key: key, log: log.Named("consul"), changed: make(chan struct{})}
+}
+
+// Key returns the watched key.
+func (w *ConsulWatcher) Key() string { return w.key }
+
+// Start reads the key once (waiting at most timeout) and then watches it
+// in a goroutine until Stop. If the first read fails, M stays unknown
+// (ShardCount returns ErrShardCountUnknown) until Consul answers; Start
+// returns that first error for the caller to report, but keeps watching.
+func (w *ConsulWatcher) Start(ctx context.Context, timeout time.Duration) error {
+	ctx, w.cancel = context.WithCancel(ctx)
+	first := make(chan error, 1)
+	w.wg.Go(func() { w.watch(ctx, first) })
+	select {
+	case err := <-first:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("consul key %s: no answer within %s", w.key, timeout)
+	}
+}
+
+// Stop ends the watch and waits for its goroutine.
+func (w *ConsulWatcher) Stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.wg.Wait()
+}
+
+// ShardCount returns the last good M.
+func (w *ConsulWatcher) ShardCount() (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == 0 {
+		return 0, fmt.Errorf("consul key %s: %w", w.key, ErrShardCountUnknown)
+	}
+	return w.m, nil
+}
+
+// ModifyIndex returns the Consul ModifyIndex of the value M came from.
+func (w *ConsulWatcher) ModifyIndex() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.index
+}
+
+// Changed returns a channel closed at the next change of M.
+func (w *ConsulWatcher) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+func (w *ConsulWatcher) watch(ctx context.Context, first chan<- error) {
+	report := func(err error) {
+		if first != nil {
+			first <- err
+			first = nil
+		}
+	}
+	var waitIndex uint64
+	backoff := 250 * time.Millisecond
+	failures := 0
+	for ctx.Err() == nil {
+		pair, meta, err := w.kv.Get(w.key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: 30 * time.Second}).WithContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				w.log.Error("consul unreachable; keeping the last good M", zap.String("key", w.key),
+					zap.Int("m", w.current()), zap.Int("failures", failures), zap.Error(err))
+			}
+			report(fmt.Errorf("consul key %s: %w", w.key, err))
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		if failures > 0 {
+			w.log.Info("consul reachable again", zap.String("key", w.key), zap.Int("failures", failures))
+		}
+		failures, backoff = 0, 250*time.Millisecond
+		switch {
+		case meta.LastIndex < waitIndex: // the index went backwards (Consul restarted): start over
+			waitIndex = 0
+		case meta.LastIndex == waitIndex && waitIndex != 0: // the blocking query timed out: no change
+			continue
+		default:
+			waitIndex = meta.LastIndex
+		}
+		report(w.apply(pair))
+	}
+}
+
+// apply takes a new value of the key; it returns an error for the first
+// report when the value is unusable.
+func (w *ConsulWatcher) apply(pair *api.KVPair) error {
+	if pair == nil {
+		err := fmt.Errorf("consul key %s does not exist", w.key)
+		w.log.Error("consul key missing; keeping the last good M", zap.String("key", w.key), zap.Int("m", w.current()))
+		return err
+	}
+	m, err := ParseShardCount(string(pair.Value))
+	if err != nil {
+		w.log.Error("bad shard count in consul; keeping the last good M", zap.String("key", w.key),
+			zap.String("value", string(pair.Value)), zap.Int("m", w.current()), zap.Error(err))
+		return fmt.Errorf("consul key %s = %q: %w", w.key, pair.Value, err)
+	}
+	w.mu.Lock()
+	old := w.m
+	w.m, w.index = m, pair.ModifyIndex
+	if old != m {
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	w.mu.Unlock()
+	if old != m {
+		w.log.Info("shard count from consul", zap.String("key", w.key), zap.Int("m", m), zap.Int("was", old))
+	}
+	return nil
+}
+
+func (w *ConsulWatcher) current() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// SetShardCount writes M to key with a check-and-set: it succeeds only if
+// the key still has the ModifyIndex the caller read (0: the key must not
+// exist), so two operators cannot race. It returns false when someone else
+// changed the key meanwhile.
+func SetShardCount(ctx context.Context, client *api.Client, key string, m int, readIndex uint64) (bool, error) {
+	if _, err := ParseShardCount(strconv.Itoa(m)); err != nil {
+		return false, err
+	}
+	ok, _, err := client.KV().CAS(&api.KVPair{Key: key, Value: []byte(strconv.Itoa(m)), ModifyIndex: readIndex},
+		(&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, fmt.Errorf("write consul key %s: %w", key, err)
+	}
+	return ok, nil
+}

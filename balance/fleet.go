@@ -1,0 +1,105 @@
+package balance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"go.uber.org/zap"
+)
+
+// ServiceName is the Consul service every scanner registers as.
+const ServiceName = "delayq-scanner"
+
+// Registration is one scanner's entry in the Consul catalog, with a TTL
+// health check that a goroutine keeps passing until Close deregisters it.
+// If the process dies without Close, the check goes critical after the TTL
+// and Consul removes the entry a minute later.
+type Registration struct {
+	agent   *api.Agent
+	id      string
+	checkID string
+	log     *zap.Logger
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// RegistrationTTL is the TTL of a scanner's health check; it is renewed
+// every third of it.
+const RegistrationTTL = 10 * time.Second
+
+// Register adds this process to the catalog as a scanner of namespace ns.
+func Register(ctx context.Context, client *api.Client, ns string, log *zap.Logger) (*Registration, error) {
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s-%s-%s-%d", ServiceName, ns, host, os.Getpid())
+	r := &Registration{agent: client.Agent(), id: id, checkID: id + ":ttl", log: log.Named("registration")}
+	err := r.agent.ServiceRegisterOpts(&api.AgentServiceRegistration{
+		ID:   id,
+		Name: ServiceName,
+		Tags: []string{ns},
+		Meta: map[string]string{"namespace": ns, "host": host, "pid": strconv.Itoa(os.Getpid())},
+		Check: &api.AgentServiceCheck{
+			CheckID:                        r.checkID,
+			TTL:                            RegistrationTTL.String(),
+			Status:                         api.HealthPassing,
+			DeregisterCriticalServiceAfter: "1m",
+		},
+	}, api.ServiceRegisterOpts{}.WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("register %s in consul: %w", id, err)
+	}
+	ctx, r.cancel = context.WithCancel(context.Background())
+	r.wg.Go(func() {
+		t := time.NewTicker(RegistrationTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := r.agent.UpdateTTLOpts(r.checkID, "claiming", api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx)); err != nil && ctx.Err() == nil {
+					r.log.Warn("renew consul health check", zap.String("check", r.checkID), zap.Error(err))
+				}
+			}
+		}
+	})
+	r.log.Info("registered in consul", zap.String("service_id", id))
+	return r, nil
+}
+
+// ID returns the service id.
+func (r *Registration) ID() string { return r.id }
+
+// Close stops renewing the check and deregisters the service.
+func (r *Registration) Close(ctx context.Context) error {
+	r.cancel()
+	r.wg.Wait()
+	if err := r.agent.ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("deregister %s from consul: %w", r.id, err)
+	}
+	return nil
+}
+
+// Member is one scanner of the fleet as Consul sees it.
+type Member struct {
+	ID, Host, PID string
+	Status        string // passing, warning, critical
+}
+
+// Fleet lists the scanners of namespace ns registered in Consul.
+func Fleet(ctx context.Context, client *api.Client, ns string) ([]Member, error) {
+	entries, _, err := client.Health().Service(ServiceName, ns, false, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("list %s services: %w", ServiceName, err)
+	}
+	out := make([]Member, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, Member{ID: e.Service.ID, Host: e.Service.Meta["host"], PID: e.Service.Meta["pid"],
+			Status: e.Checks.AggregatedStatus()})
+	}
+	return out, nil
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+// shardsView is `delayq shards --json`.
+type shardsView struct {
+	M         int              `json:"m"`
+	Source    string           `json:"source"`
+	Key       string           `json:"consul_key,omitempty"`
+	HighWater int              `json:"high_water"`
+	MaxEver   int              `json:"max_ever"`
+	Fleet     []balance.Member `json:"fleet,omitempty"`
+	Stats     statsView        `json:"stats"`
+}
+
+// currentM reads M from its source without recording anything: Consul's
+// key when configured, else DELAYQ_SHARDS. It returns the Consul
+// ModifyIndex for a later check-and-set (0 when the key does not exist).
+func (e *env) currentM(ctx context.Context, consul *api.Client) (m int, source string, index uint64, err error) {
+	if consul == nil {
+		return e.cfg.Shards, "static (DELAYQ_SHARDS)", 0, nil
+	}
+	pair, _, err := consul.KV().Get(e.cfg.consulKey(), (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return 0, "", 0, fmt.Errorf("read consul key %s: %w", e.cfg.consulKey(), err)
+	}
+	if pair == nil {
+		return 0, "consul key " + e.cfg.consulKey() + " is not set", 0, nil
+	}
+	m, perr := balance.ParseShardCount(string(pair.Value))
+	if perr != nil {
+		return 0, fmt.Sprintf("consul key %s holds a bad value %q: %v", e.cfg.consulKey(), pair.Value, perr), pair.ModifyIndex, nil
+	}
+	return m, "consul " + e.cfg.consulKey(), pair.ModifyIndex, nil
+}
+
+func runShards(ctx context.Context, e *env, args []string) int {
+	fs, asJSON := statsFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil {
+		return exitUsage
+	}
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return e.fail("shards", err)
+	}
+	if len(pos) > 0 {
+		if pos[0] != "set" || len(pos) != 2 {
+			fmt.Fprintln(e.stderr, "delayq shards: usage: delayq shards [set M]")
+			return exitUsage
+		}
+		return setShards(ctx, e, consul, pos[1])
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("shards", err)
+	}
+	defer rdb.Close()
+	m, src, _, err := e.currentM(ctx, consul)
+	if err != nil {
+		return e.fail("shards", err)
+	}
+	lay, err := st.ReadLayout(ctx)
+	if err != nil {
+		return e.fail("shards", err)
+	}
+	v := shardsView{M: m, Source: src, HighWater: max(lay.HighWater, m), MaxEver: max(lay.MaxEver, m)}
+	if consul != nil {
+		v.Key = e.cfg.consulKey()
+		if v.Fleet, err = balance.Fleet(ctx, consul, e.cfg.Namespace); err != nil {
+			return e.fail("shards", err)
+		}
+	}
+	if v.Stats, err = e.stats(ctx, st, v.HighWater); err != nil {
+		return e.fail("shards", err)
+	}
+	if *asJSON {
+		return writeJSON(e, v)
+	}
+	fmt.Fprintf(e.stdout, "M %d from %s\nhigh-water mark %d (scanners cover shards 0..%d), largest M ever %d\n",
+		v.M, v.Source, v.HighWater, v.HighWater-1, v.MaxEver)
+	if consul != nil {
+		fmt.Fprintf(e.stdout, "fleet: %d scanner(s) registered in consul\n", len(v.Fleet))
+		for _, f := range v.Fleet {
+			fmt.Fprintf(e.stdout, "  %s  host %s pid %s  %s\n", f.ID, f.Host, f.PID, f.Status)
+		}
+	}
+	printStats(e, v.Stats)
+	return exitOK
+}
+
+// setShards writes M to Consul with a check-and-set against the value it
+// read, so two operators cannot race.
+func setShards(ctx context.Context, e *env, consul *api.Client, arg string) int {
+	if consul == nil {
+		fmt.Fprintf(e.stderr, "delayq shards set: needs Consul (%s_CONSUL_ADDR); without it M is %s_SHARDS\n", envPrefix, envPrefix)
+		return exitUsage
+	}
+	m, err := balance.ParseShardCount(arg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq shards set: M %s\n", err)
+		return exitUsage
+	}
+	old, _, index, err := e.currentM(ctx, consul)
+	if err != nil {
+		return e.fail("shards set", err)
+	}
+	ok, err := balance.SetShardCount(ctx, consul, e.cfg.consulKey(), m, index)
+	if err != nil {
+		return e.fail("shards set", err)
+	}
+	if !ok {
+		now, _, _, _ := e.currentM(ctx, consul)
+		return e.fail("shards set", fmt.Errorf("someone else changed %s meanwhile (now %d); check and run again", e.cfg.consulKey(), now))
+	}
+	from := "unset"
+	if old > 0 {
+		from = strconv.Itoa(old)
+	}
+	fmt.Fprintf(e.stdout, "M %s -> %d in consul %s\n", from, m, e.cfg.consulKey())
+	return exitOK
+}
+
+// shardsToShow is how many shards stats covers: every shard that may hold
+// a message (the recorded high-water mark, at least the configured M).
+func (e *env) shardsToShow(ctx context.Context, st *shard.Store) (int, error) {
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return 0, err
+	}
+	m, _, _, err := e.currentM(ctx, consul)
+	if err != nil {
+		return 0, err
+	}
+	lay, err := st.ReadLayout(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return max(m, lay.HighWater, 1), nil
+}
