@@ -62,6 +62,29 @@ func (b *dueBoard) broadcastLocked() {
 	b.changed = make(chan struct{})
 }
 
+// takeDue returns a shard whose known head is due now, the earliest, after
+// taking it off the board; -1 if none is.
+func (b *dueBoard) takeDue() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	best, bestDue := b.earliestLocked()
+	if best >= 0 && bestDue <= b.redisNowMs() {
+		delete(b.heads, best)
+		return best
+	}
+	return -1
+}
+
+func (b *dueBoard) earliestLocked() (int, int64) {
+	best, bestDue := -1, int64(math.MaxInt64)
+	for i, d := range b.heads {
+		if d < bestDue {
+			best, bestDue = i, d
+		}
+	}
+	return best, bestDue
+}
+
 // wait blocks until a known head is due, and returns its shard after
 // taking it off the board (so no other goroutine of this process goes for
 // it too), or returns -1 after maxSleep or when ctx ends.
@@ -71,12 +94,7 @@ func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		best, bestDue := -1, int64(math.MaxInt64)
-		for i, d := range b.heads {
-			if d < bestDue {
-				best, bestDue = i, d
-			}
-		}
+		best, bestDue := b.earliestLocked()
 		nowMs := b.redisNowMs()
 		if best >= 0 && bestDue <= nowMs {
 			delete(b.heads, best)

@@ -256,18 +256,26 @@ func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
 
 // work is one claim loop.
 func (s *Scanner) work(claimCtx, workCtx context.Context) {
-	empty, idle := 0, false
+	empty, idle, fromBoard := 0, false, false
 	backoff := 50 * time.Millisecond
 	for claimCtx.Err() == nil {
 		if err := s.d.Publisher.WaitReady(claimCtx); err != nil {
 			return // stopping; nothing is claimed that cannot be published
 		}
 		i := -1
-		if idle {
+		switch {
+		case idle:
 			if i = s.board.wait(claimCtx, MaxIdleSleep); claimCtx.Err() != nil {
 				return
 			}
+		case fromBoard:
+			// Busy: every other visit goes to a shard known to have due
+			// messages (a hot shard draws the goroutines that are free),
+			// the others follow the cursor, so every shard still gets its
+			// visit each round.
+			i = s.board.takeDue()
 		}
+		fromBoard = !fromBoard
 		covered := 0
 		if i < 0 {
 			var err error

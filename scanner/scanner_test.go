@@ -366,3 +366,37 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// TestHotShardDrainsAtSingleShardSpeed: messages that all hash to one shard
+// of 16 drain about as fast as the same messages in a namespace with one
+// shard. (A rate, so a loose bound; bench.sh measures it properly.)
+func TestHotShardDrainsAtSingleShardSpeed(t *testing.T) {
+	shardtest.Require(t, serverErr)
+	const n = 1500
+	drain := func(m int) time.Duration {
+		f := newFleet(t, m, scanner.Config{Goroutines: 16}, rabbit.URL)
+		var msgs []shard.Message
+		var ids []string
+		for i := 0; len(msgs) < n; i++ {
+			id := fmt.Sprintf("hot-%d", i)
+			if shard.Of(id, 16) != 3 {
+				continue
+			}
+			ids = append(ids, id)
+			msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: 500 * time.Millisecond})
+		}
+		if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now().Add(500 * time.Millisecond)
+		f.waitAll(ids, 60*time.Second)
+		return time.Since(start)
+	}
+	single := drain(1)
+	hot := drain(16)
+	t.Logf("%d messages: one shard of 1 drained in %s, one shard of 16 in %s (%.0f%% of single-shard speed)",
+		n, single.Round(time.Millisecond), hot.Round(time.Millisecond), 100*single.Seconds()/hot.Seconds())
+	if hot > 3*single {
+		t.Errorf("a hot shard drains at %.0f%% of single-shard speed", 100*single.Seconds()/hot.Seconds())
+	}
+}

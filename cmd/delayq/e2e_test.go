@@ -18,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard/shardtest"
@@ -28,6 +29,8 @@ var (
 	redisSrv  *shardtest.Redis
 	rabbit    *publishertest.Rabbit
 	serverErr error
+	consul    *consultest.Consul
+	consulErr error
 )
 
 func TestMain(m *testing.M) {
@@ -56,6 +59,9 @@ func testMain(m *testing.M) int {
 		if serverErr == nil {
 			defer rabbit.Close()
 		}
+	}
+	if consul, consulErr = consultest.StartConsul(); consulErr == nil {
+		defer consul.Close()
 	}
 	return m.Run()
 }
