@@ -134,6 +134,9 @@ func (w *ConsulWatcher) watch(ctx context.Context, first chan<- error) {
 					zap.Int("m", w.current()), zap.Int("failures", failures), zap.Error(err))
 			}
 			report(fmt.Errorf("consul key %s: %w", w.key, err))
+			// A restarted Consul starts its indexes over: a blocking query
+			// with the old index would wait its full time. Read afresh.
+			waitIndex = 0
 			sleepCtx(ctx, backoff)
 			backoff = min(2*backoff, 5*time.Second)
 			continue

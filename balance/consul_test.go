@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,14 +88,20 @@ func TestWatcherFollowsTheKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		shardtest.WaitFor(t, 5*time.Second, func() bool {
-			for _, e := range logs.FilterMessage("bad shard count in consul").All() {
+			for _, e := range logs.FilterMessage("bad shard count in consul; keeping the last good M").All() {
 				f := e.ContextMap()
 				if f["key"] == key && f["value"] == bad {
 					return true
 				}
 			}
 			return false
-		}, func() string { return "no error logged for value " + bad })
+		}, func() string {
+			var all []string
+			for _, e := range logs.All() {
+				all = append(all, fmt.Sprint(e.Message, e.ContextMap()))
+			}
+			return "no error logged for value " + bad + "; logged: " + strings.Join(all, "; ")
+		})
 		if m, err := w.ShardCount(); err != nil || m != 8 {
 			t.Errorf("after %q: M %d, %v; want the last good 8", bad, m, err)
 		}

@@ -44,21 +44,26 @@ func (e *env) currentM(ctx context.Context, consul *api.Client) (m int, source s
 }
 
 func runShards(ctx context.Context, e *env, args []string) int {
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return e.fail("shards", err)
+	}
+	if len(args) > 0 && args[0] == "set" {
+		// M is taken literally, so that "set -3" is a bad M, not a flag.
+		if len(args) != 2 {
+			fmt.Fprintln(e.stderr, "delayq shards set: usage: delayq shards set M")
+			return exitUsage
+		}
+		return setShards(ctx, e, consul, args[1])
+	}
 	fs, asJSON := statsFlags()
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil {
 		return exitUsage
 	}
-	consul, err := newConsul(e.cfg)
-	if err != nil {
-		return e.fail("shards", err)
-	}
 	if len(pos) > 0 {
-		if pos[0] != "set" || len(pos) != 2 {
-			fmt.Fprintln(e.stderr, "delayq shards: usage: delayq shards [set M]")
-			return exitUsage
-		}
-		return setShards(ctx, e, consul, pos[1])
+		fmt.Fprintln(e.stderr, "delayq shards: usage: delayq shards [--json] | delayq shards set M")
+		return exitUsage
 	}
 	rdb, st, err := e.connect(ctx)
 	if err != nil {
