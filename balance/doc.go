@@ -1,26 +1,61 @@
 // Package balance answers the two questions of spreading work over shards:
-// how many shards there are (M), and which shard a scanner goroutine visits
-// next.
+// how many shards there are (M, and which shards may still hold messages),
+// and which shard a scanner goroutine visits next.
 //
 // # How many
 //
-// A Source reports M and the high-water mark: the largest M that may still
-// have messages in its shards. Static is the fallback when no Consul is
-// configured: M never changes, so the high-water mark is M. (The Consul KV
-// watcher of a later release implements the same interface.)
+// M comes from a Counter: Static (DELAYQ_SHARDS), or a ConsulWatcher that
+// follows a Consul KV key with blocking queries (a change arrives in
+// milliseconds). Layout wraps the Counter for scanners and producers and
+// adds the high-water mark, recorded in Redis (shard.Layout):
+//
+//   - Every Layout records the M it uses, raising the mark to at least M at
+//     once, so scanners cover every shard any producer writes to.
+//   - Messages stay in the shard they were written to. When M shrinks below
+//     k, shard k is retired: producers stop writing to it, but scanners keep
+//     visiting every shard below the mark, so its messages are still
+//     published on time. A scanner's Layout lowers the mark only when M has
+//     stayed the same for the grace period (30 s) and every shard in
+//     [M, mark) is empty (nothing scheduled, in flight or dead: dead
+//     messages in a retired shard keep it covered until purged or redriven).
+//   - A producer that learns a smaller M late may still write to a retired
+//     shard. Its own Layout raises the mark again within a refresh (2 s),
+//     and scanners also sweep every shard below the largest M ever recorded
+//     every 10 s and raise the mark over any message they find, so no
+//     message is stranded in a shard nobody scans.
+//   - Cancel, reschedule and inspect look in the id's current shard first,
+//     then in every shard below the mark (shard.Producer).
+//
+// # When Consul is unreachable or wrong
+//
+// A bad value (not a whole number, outside 1..MaxShards, empty) or a
+// deleted key is logged as an error naming the key and the value, and the
+// last good M stays in force. While Consul is down the watcher keeps the
+// last good M and retries with backoff. At start, before any answer, M is
+// the last value read from Consul by any process (mirrored in Redis with
+// its ModifyIndex); failing that, a scanner falls back to DELAYQ_SHARDS and
+// logs loudly, while a producer refuses to enqueue (ErrShardCountUnknown)
+// rather than guess an M smaller than the one in use.
 //
 // # Which next
 //
 // Cursor turns one Redis INCR on the namespace's cursor key into a shard
-// index modulo the shards to cover (the high-water mark, so shards retired
-// by a smaller M are still drained). Goroutines of all scanner processes
-// share the counter, so consecutive visits go to consecutive shards and
-// every shard is visited once per round of the counter, whatever the number
-// of processes and goroutines.
+// index modulo the high-water mark. Goroutines of all scanner processes
+// share the counter, so any run of `mark` consecutive INCRs visits every
+// shard exactly once: each shard is visited once per round of the cursor,
+// whatever M, the number of processes and of goroutines. (Scanners also go
+// straight to shards they know are due, see package scanner; that adds
+// visits, it never removes one.)
+//
+// # Fleet
+//
+// With Consul, every scanner registers as service "delayq-scanner" (tag:
+// namespace) with a TTL check it keeps passing and deregisters on
+// shutdown; Fleet lists them for `delayq shards`.
 //
 // # Non-guarantees
 //
 // The cursor spreads visits, it does not lock shards: two goroutines may
 // visit the same shard at once (the claim script makes that safe). If Redis
-// is unreachable, Next returns the error; the caller backs off.
+// is unreachable, Next returns the error and the caller backs off.
 package balance

@@ -32,12 +32,12 @@ trap 'exit 130' INT TERM
 echo "== go vet ./..."
 go vet ./... || exit 1
 
-echo "== go test -race -count=1 ./... (real Redis and RabbitMQ; full log on failure)"
+echo "== go test -race -count=1 ./... (real Redis, RabbitMQ and Consul; full log on failure)"
 start=$(date +%s)
 go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
 rc=$?
 # Package results and the lines that report lateness, kills and duplicates.
-grep -E '^(ok|FAIL|panic:)|^\s+(e2e|scanner)_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates)' "$log"
+grep -E '^(ok|FAIL|panic:)|^\s+[a-z_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates|drained|delivered,|change seen)' "$log"
 if [ $rc -ne 0 ]; then
   echo "== failures"
   grep -nE -- '--- FAIL|^panic:|DATA RACE|\[build failed\]|cannot|undefined' "$log" | head -50

@@ -20,14 +20,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
@@ -37,11 +40,19 @@ import (
 func main() {
 	delayqBin := flag.String("delayq", "bin/delayq", "path of the delayq binary")
 	orders := flag.Int("orders", 300, "number of orders to schedule")
-	scanners := flag.Int("scanners", 2, "number of scanner processes")
-	shards := flag.Int("shards", 8, "M, the number of shards")
+	scanners := flag.Int("scanners", 3, "number of scanner processes")
+	shards := flag.Int("shards", 4, "M, the number of shards at the start")
+	resize := flag.String("resize", "16,2", "with Consul: M values to switch to during the run, comma-separated")
+	noConsul := flag.Bool("no-consul", false, "run without Consul (M fixed by DELAYQ_SHARDS)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, *delayqBin, *orders, *scanners, *shards)
+	var steps []int
+	for _, f := range strings.Split(*resize, ",") {
+		if m, err := balance.ParseShardCount(f); err == nil {
+			steps = append(steps, m)
+		}
+	}
+	err := run(ctx, *delayqBin, *orders, *scanners, *shards, !*noConsul, steps)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "delayq-demo:", err)
@@ -56,7 +67,7 @@ const (
 	topic      = "order.cancel"
 )
 
-func run(ctx context.Context, delayqBin string, orders, nScanners, m int) error {
+func run(ctx context.Context, delayqBin string, orders, nScanners, m int, withConsul bool, steps []int) error {
 	if _, err := os.Stat(delayqBin); err != nil {
 		return fmt.Errorf("delayq binary: %w (build it with: go build -o bin/delayq ./cmd/delayq)", err)
 	}
@@ -78,6 +89,17 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int) error 
 	}
 	defer rabbit.Close()
 	say("redis %s, rabbitmq %s", rs.Addr, hostPort(rabbit.URL))
+	var cs *consultest.Consul
+	if withConsul {
+		if cs, err = consultest.StartConsul(); err != nil {
+			return fmt.Errorf("consul: %w (scripts/install-consul.sh builds it; or run with -no-consul)", err)
+		}
+		defer cs.Close()
+		if _, err := balance.SetShardCount(ctx, cs.Client(), balance.DefaultConsulKey("demo"), m, 0); err != nil {
+			return err
+		}
+		say("consul %s: M = %d in key %s", cs.Addr, m, balance.DefaultConsulKey("demo"))
+	}
 
 	deliveries, closeAMQP, err := declareAndConsume(rabbit.URL)
 	if err != nil {
@@ -93,6 +115,9 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int) error 
 		"DELAYQ_REDIS_ADDRS="+rs.Addr, "DELAYQ_AMQP_URL="+rabbit.URL, "DELAYQ_NAMESPACE=demo",
 		fmt.Sprintf("DELAYQ_SHARDS=%d", m), "DELAYQ_ROUTES_FILE="+routes, "DELAYQ_GOROUTINES=8",
 		"DELAYQ_LOG_FORMAT=console", "DELAYQ_LOG_LEVEL=warn")
+	if cs != nil {
+		env = append(env, "DELAYQ_CONSUL_ADDR="+cs.Addr)
+	}
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	var procs []*exec.Cmd
@@ -127,7 +152,21 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int) error 
 	if err != nil {
 		return err
 	}
-	prod := shard.NewProducer(store, balance.Static(m), shard.ProducerOptions{})
+	var counter balance.Counter = balance.Static(m)
+	if cs != nil {
+		w := balance.NewConsulWatcher(cs.Client(), balance.DefaultConsulKey("demo"), zap.NewNop())
+		if err := w.Start(ctx, 5*time.Second); err != nil {
+			return err
+		}
+		defer w.Stop()
+		counter = w
+	}
+	layout := balance.NewLayout(counter, store, balance.LayoutOptions{})
+	if err := layout.Start(ctx); err != nil {
+		return err
+	}
+	defer layout.Stop()
+	prod := shard.NewProducer(store, layout, shard.ProducerOptions{})
 
 	// Schedule: order N is cancelled 1-10 s from now unless paid.
 	msgs := make([]shard.Message, orders)
@@ -170,7 +209,39 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int) error 
 	say("scheduled %d orders 1-10 s ahead; cancelled %d (paid), rescheduled %d (more time)", orders, cancelled, rescheduled)
 	say("consuming %s ...", queue)
 
+	if cs != nil && len(steps) > 0 {
+		go resizeLive(ctx, cs, layout, steps)
+	}
 	return watch(ctx, deliveries, expect, cancelled)
+}
+
+// resizeLive changes M in Consul every 3 s while messages flow, the way an
+// operator would with `delayq shards set M`.
+func resizeLive(ctx context.Context, cs *consultest.Consul, layout *balance.Layout, steps []int) {
+	key := balance.DefaultConsulKey("demo")
+	for _, m := range steps {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(3 * time.Second):
+		}
+		pair, _, err := cs.Client().KV().Get(key, nil)
+		if err != nil || pair == nil {
+			say("resize: cannot read %s: %v", key, err)
+			return
+		}
+		if ok, err := balance.SetShardCount(ctx, cs.Client(), key, m, pair.ModifyIndex); !ok || err != nil {
+			say("resize to %d failed: %v", m, err)
+			return
+		}
+		say("resize: M = %s -> %d in consul (messages stay in their shards; scanners cover the high-water mark)", pair.Value, m)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if n, err := layout.ShardCount(); err == nil && n == m {
+				break
+			}
+		}
+		say("layout now: %s", layout.Describe())
+	}
 }
 
 // hostPort strips the scheme and credentials of an AMQP URL for display.

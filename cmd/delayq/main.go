@@ -674,9 +674,10 @@ type shardView struct {
 }
 
 type statsView struct {
-	Namespace string      `json:"namespace"`
-	Shards    []shardView `json:"shards"`
-	Total     shardView   `json:"total"`
+	Namespace string           `json:"namespace"`
+	Shards    []shardView      `json:"shards"`
+	Total     shardView        `json:"total"`
+	Fleet     []balance.Member `json:"fleet,omitempty"` // scanners registered in Consul
 }
 
 func runStats(ctx context.Context, e *env, args []string) int {
@@ -697,11 +698,30 @@ func runStats(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("stats", err)
 	}
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	if consul != nil {
+		if v.Fleet, err = balance.Fleet(ctx, consul, e.cfg.Namespace); err != nil {
+			return e.fail("stats", err)
+		}
+	}
 	if *asJSON {
 		return writeJSON(e, v)
 	}
 	printStats(e, v)
+	if consul != nil {
+		printFleet(e, v.Fleet)
+	}
 	return exitOK
+}
+
+func printFleet(e *env, fleet []balance.Member) {
+	fmt.Fprintf(e.stdout, "fleet: %d scanner(s) registered in consul\n", len(fleet))
+	for _, f := range fleet {
+		fmt.Fprintf(e.stdout, "  %s  host %s pid %s  %s\n", f.ID, f.Host, f.PID, f.Status)
+	}
 }
 
 // stats counts shards [0, n).

@@ -162,6 +162,9 @@ func TestResizeUnderLoad(t *testing.T) {
 	if !strings.Contains(out, "M 8 from consul") || !strings.Contains(out, "3 scanner(s) registered") {
 		t.Errorf("delayq shards:\n%s", out)
 	}
+	if out, _, _ = w.delayq("", "stats"); !strings.Contains(out, "3 scanner(s) registered") {
+		t.Errorf("delayq stats does not show the fleet:\n%s", out)
+	}
 }
 
 func TestShardsSetValidates(t *testing.T) {

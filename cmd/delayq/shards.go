@@ -94,10 +94,7 @@ func runShards(ctx context.Context, e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "M %d from %s\nhigh-water mark %d (scanners cover shards 0..%d), largest M ever %d\n",
 		v.M, v.Source, v.HighWater, v.HighWater-1, v.MaxEver)
 	if consul != nil {
-		fmt.Fprintf(e.stdout, "fleet: %d scanner(s) registered in consul\n", len(v.Fleet))
-		for _, f := range v.Fleet {
-			fmt.Fprintf(e.stdout, "  %s  host %s pid %s  %s\n", f.ID, f.Host, f.PID, f.Status)
-		}
+		printFleet(e, v.Fleet)
 	}
 	printStats(e, v.Stats)
 	return exitOK
