@@ -17,6 +17,8 @@ type dueBoard struct {
 	heads   map[int]int64 // shard -> due ms (Redis clock) of its earliest message
 	changed chan struct{} // closed and replaced when an earlier head appears
 
+	nextPatrol atomic.Int64 // unix ns before which no idle patrol starts
+
 	// offsetMs estimates Redis time minus local time, from claim replies,
 	// so sleeps are computed on the Redis clock that decides "due".
 	offsetMs atomic.Int64
@@ -60,6 +62,14 @@ func (b *dueBoard) notice(i int, dueMs int64) {
 func (b *dueBoard) broadcastLocked() {
 	close(b.changed)
 	b.changed = make(chan struct{})
+}
+
+// takePatrol reports whether the caller may make this process's next idle
+// patrol visit: at most one per interval.
+func (b *dueBoard) takePatrol(interval time.Duration) bool {
+	now := b.now().UnixNano()
+	next := b.nextPatrol.Load()
+	return now >= next && b.nextPatrol.CompareAndSwap(next, now+interval.Nanoseconds())
 }
 
 // takeDue returns a shard whose known head is due now, the earliest, after

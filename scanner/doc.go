@@ -14,11 +14,18 @@
 //     the broker), release what failed for now (due again after
 //     RetryDelay, as a redelivery).
 //  5. When a whole round of the cursor found nothing, go idle: sleep on the
-//     process's due board until the earliest head this process has seen
-//     falls due (one goroutine per process takes it), at most MaxIdleSleep.
-//     Wake-up notices from the enqueue script put new heads on the board at
-//     once, so a message enqueued with a short delay into an idle fleet is
-//     published within milliseconds of its due time.
+//     process's due board until the earliest head this process knows falls
+//     due (one goroutine per process takes it). The enqueue and reschedule
+//     scripts announce every new head of a shard on a Pub/Sub channel, and
+//     claim replies report heads too, so the board knows when each shard
+//     next has work without polling: a message enqueued into an idle fleet
+//     is published within milliseconds of its due time. Because Pub/Sub is
+//     best effort, one idle goroutine per process also visits a shard from
+//     the cursor every PatrolInterval (about 2 Redis commands per interval
+//     per process, whatever M and the number of goroutines).
+//  6. While busy, every other visit goes to a shard the board knows is due
+//     (free goroutines converge on a hot shard); the others follow the
+//     cursor, so every shard is still visited each round.
 //
 // Expired leases are re-queued by the claim script itself whenever a shard
 // is visited, so there is no separate reaper to run or to forget.

@@ -24,10 +24,9 @@ const (
 	HeaderAttempt = "x-delayq-attempt" // int32: 1 on the first delivery
 )
 
-// MaxIdleSleep is the longest an idle goroutine sleeps before it looks at
-// a shard again. It equals shard.WakeHorizon: producers announce every new
-// head due sooner than that.
-const MaxIdleSleep = shard.WakeHorizon
+// MaxIdleSleep is the longest an idle goroutine sleeps on the due board
+// before it checks whether it is its turn to patrol.
+const MaxIdleSleep = time.Second
 
 // Config tunes a Scanner. Zero fields take the documented defaults.
 type Config struct {
@@ -47,6 +46,11 @@ type Config struct {
 	// VisitBudget is how many claims one visit makes in a row while they
 	// come back full, before moving to the next shard. Default 16.
 	VisitBudget int
+	// PatrolInterval: while idle, the process visits one shard from the
+	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
+	// is best effort). Idle cost: about 2 Redis commands per interval per
+	// process. Default 250ms.
+	PatrolInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -67,6 +71,9 @@ func (c *Config) defaults() {
 	}
 	if c.VisitBudget <= 0 {
 		c.VisitBudget = 16
+	}
+	if c.PatrolInterval <= 0 {
+		c.PatrolInterval = 250 * time.Millisecond
 	}
 }
 
@@ -267,6 +274,9 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 		case idle:
 			if i = s.board.wait(claimCtx, MaxIdleSleep); claimCtx.Err() != nil {
 				return
+			}
+			if i < 0 && !s.board.takePatrol(s.cfg.PatrolInterval) {
+				continue // another idle goroutine of this process patrols
 			}
 		case fromBoard:
 			// Busy: every other visit goes to a shard known to have due

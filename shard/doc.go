@@ -52,7 +52,8 @@
 //     reap or release time), not the original due time, which the claim
 //     removed from the due set.
 //   - Wake-up notices are Redis Pub/Sub: best effort. Missing one makes a
-//     message at most WakeHorizon late, never lost.
+//     message late by at most the scanners' idle patrol of the shards,
+//     never lost.
 //   - Durability is Redis's: with appendfsync always an acknowledged enqueue
 //     survives a Redis crash; with everysec up to a second can be lost.
 package shard

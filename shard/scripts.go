@@ -15,11 +15,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 // wakeIfHead is shared by enqueue and reschedule: announce a new head of the
-// shard when it falls due within the wake horizon. ARGV[wake..wake+2] are
-// channel, shard index, horizon ms.
+// shard, whenever it is due, so idle scanners know every shard's next due
+// time without polling. ARGV[a] and ARGV[a+1] are channel and shard index.
 const wakeIfHead = `
-local function wake_if_head(due_key, id, due, now, a)
-  if due - now >= tonumber(ARGV[a + 2]) then return end
+local function wake_if_head(due_key, id, due, a)
   local head = redis.call('ZRANGE', due_key, 0, 0)
   if head[1] == id then
     redis.call('PUBLISH', ARGV[a], ARGV[a + 1] .. ':' .. string.format('%d', due))
@@ -34,12 +33,12 @@ end
 //	ARGV[1] id   ARGV[2] envelope   ARGV[3] "delay" | "at"
 //	ARGV[4] delay ms (added to Redis TIME) or absolute due ms
 //	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
-//	ARGV[6] wake channel   ARGV[7] shard index   ARGV[8] wake horizon ms
+//	ARGV[6] wake channel   ARGV[7] shard index
 //
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
 // (nothing written), -1 in flight (upsert refused, nothing written).
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
-// the shard's head and is due within the horizon.
+// the shard's head.
 // Complexity: O(log N).
 var enqueueScript = redis.NewScript(nowMs + wakeIfHead + `
 local id = ARGV[1]
@@ -56,7 +55,7 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
 end
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('ZADD', KEYS[1], due, id)
-wake_if_head(KEYS[1], id, due, now, 6)
+wake_if_head(KEYS[1], id, due, 6)
 return {status, due}
 `)
 
@@ -187,7 +186,7 @@ return 1
 //
 //	KEYS[1] due ZSET   KEYS[2] inflight ZSET
 //	ARGV[1] id   ARGV[2] "delay" | "at"   ARGV[3] delay ms or absolute due ms
-//	ARGV[4] wake channel   ARGV[5] shard index   ARGV[6] wake horizon ms
+//	ARGV[4] wake channel   ARGV[5] shard index
 //
 // Returns {1, due} moved, {0, 0} not scheduled here, {-1, 0} in flight.
 // Complexity: O(log N).
@@ -197,7 +196,7 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, 0} end
 local due = tonumber(ARGV[3])
 if ARGV[2] == 'delay' then due = now + due end
 redis.call('ZADD', KEYS[1], 'XX', due, ARGV[1])
-wake_if_head(KEYS[1], ARGV[1], due, now, 4)
+wake_if_head(KEYS[1], ARGV[1], due, 4)
 return {1, due}
 `)
 

@@ -319,11 +319,17 @@ func TestWakeNoticeForNewHead(t *testing.T) {
 	if _, err := sub.Receive(b.ctx); err != nil { // subscription confirmed
 		t.Fatal(err)
 	}
-	b.enqueue(t, "far", time.Hour) // beyond the horizon: no notice
+	far := b.enqueue(t, "far", time.Hour) // the first head, however far
 	s := b.enqueue(t, "near", 200*time.Millisecond)
 	b.enqueue(t, "behind", 300*time.Millisecond) // not the head: no notice
 	msg, err := sub.ReceiveMessage(b.ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, due, _ := shard.ParseNotice(msg.Payload); due != far.Due.UnixMilli() {
+		t.Fatalf("first notice %q, want the far head %d", msg.Payload, far.Due.UnixMilli())
+	}
+	if msg, err = sub.ReceiveMessage(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	i, due, err := shard.ParseNotice(msg.Payload)

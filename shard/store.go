@@ -10,11 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// WakeHorizon bounds which new heads are announced on the wake channel: a
-// scanner never sleeps longer than this (scanner.MaxIdleSleep), so it will
-// look at a message due later than that anyway.
-const WakeHorizon = time.Second
-
 // Store runs the scripts of one namespace. It is safe for concurrent use.
 // The caller owns the Redis client and closes it after the Store is done.
 type Store struct {
@@ -171,7 +166,7 @@ func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64,
 		up = "1"
 	}
 	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
-		[]any{id, env, mode, ms, up, s.wake, i, WakeHorizon.Milliseconds()}
+		[]any{id, env, mode, ms, up, s.wake, i}
 }
 
 // enqueueStatus maps the enqueue script's reply to (due, error).
@@ -218,7 +213,7 @@ func (s *Store) Cancel(ctx context.Context, i int, id string) error {
 func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	v, err := rescheduleScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight},
-		id, mode, ms, s.wake, i, WakeHorizon.Milliseconds()).Slice()
+		id, mode, ms, s.wake, i).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
 	}
