@@ -46,6 +46,12 @@ type Config struct {
 	// VisitBudget is how many claims one visit makes in a row while they
 	// come back full, before moving to the next shard. Default 16.
 	VisitBudget int
+	// Window is the most messages a process has published and not yet had
+	// confirmed. Workers claim again while their last messages wait for
+	// their confirms; when confirms slow down (a slow or blocked broker),
+	// the window fills and workers claim less instead of letting leases
+	// expire. Default 512.
+	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
 	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
 	// is best effort). Idle cost: about 2 Redis commands per interval per
@@ -74,6 +80,9 @@ func (c *Config) defaults() {
 	}
 	if c.PatrolInterval <= 0 {
 		c.PatrolInterval = 250 * time.Millisecond
+	}
+	if c.Window <= 0 {
+		c.Window = 512
 	}
 }
 
@@ -134,14 +143,24 @@ type Scanner struct {
 	claimed, published, redelivered, dead, released, lostLeases, reaped atomic.Int64
 	errLog                                                              rateLimited
 
+	window chan struct{} // one token per published, unconfirmed message
+	queue  chan sent     // published messages waiting for their confirms
+	acks   *ackBatcher
+
 	mu          sync.Mutex
 	started     bool
 	stopClaims  context.CancelFunc
 	stopWork    context.CancelFunc
+	stopAcks    context.CancelFunc
 	workers     sync.WaitGroup
+	settlers    sync.WaitGroup
+	acker       sync.WaitGroup
 	subscriber  sync.WaitGroup
 	stopWakeSub context.CancelFunc
 }
+
+// settlers is the number of goroutines waiting for confirms.
+const settlers = 8
 
 // New checks cfg and deps and returns a Scanner ready to Start.
 func New(cfg Config, d Deps) (*Scanner, error) {
@@ -159,7 +178,10 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 		d.Now = time.Now
 	}
 	log := d.Log.Named("scanner")
-	return &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second}}, nil
+	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second},
+		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
+	s.acks = newAckBatcher(s)
+	return s, nil
 }
 
 // Counts returns the running totals.
@@ -190,8 +212,13 @@ func (s *Scanner) Start(ctx context.Context) error {
 	subCtx, stopSub := context.WithCancel(context.Background())
 	claimCtx, stopClaims := context.WithCancel(context.Background())
 	workCtx, stopWork := context.WithCancel(context.Background())
-	s.stopWakeSub, s.stopClaims, s.stopWork = stopSub, stopClaims, stopWork
+	ackCtx, stopAcks := context.WithCancel(context.Background())
+	s.stopWakeSub, s.stopClaims, s.stopWork, s.stopAcks = stopSub, stopClaims, stopWork, stopAcks
 	s.subscriber.Go(func() { s.listen(subCtx, sub) })
+	s.acker.Go(func() { s.acks.run(ackCtx, workCtx) })
+	for range settlers {
+		s.settlers.Go(func() { s.settle(workCtx, s.queue) })
+	}
 	for range s.cfg.Goroutines {
 		s.workers.Go(func() { s.work(claimCtx, workCtx) })
 	}
@@ -202,12 +229,14 @@ func (s *Scanner) Start(ctx context.Context) error {
 
 // Stop shuts down in this order:
 //
-//  1. stop claiming: no goroutine starts a new claim;
-//  2. wait for the batches being delivered: their confirms, acks,
-//     dead-letters and releases, until ctx ends;
-//  3. when ctx ends first, abandon those batches: their messages stay
-//     leased and any scanner re-queues them once the lease expires;
-//  4. stop the wake-up subscriber.
+//  1. stop claiming: no worker starts a new claim; workers finish
+//     publishing what they claimed and exit;
+//  2. the settlers wait for the outstanding confirms and settle each
+//     message (dead-letter, release, or queue its ack);
+//  3. the ack batcher flushes the last acks;
+//  4. if ctx ends before all that, the rest is abandoned: those messages
+//     stay leased and any scanner re-queues them once the lease expires;
+//  5. stop the wake-up subscriber.
 //
 // The caller then closes the publisher and the Redis client. Stop returns
 // ctx's error if it had to abandon work, and is safe to call more than once.
@@ -220,7 +249,14 @@ func (s *Scanner) Stop(ctx context.Context) error {
 	s.started = false
 	s.stopClaims()
 	done := make(chan struct{})
-	go func() { s.workers.Wait(); close(done) }()
+	go func() {
+		s.workers.Wait()
+		close(s.queue) // no more publishes: settlers end when it is drained
+		s.settlers.Wait()
+		s.stopAcks() // final flush, still bounded by workCtx
+		s.acker.Wait()
+		close(done)
+	}()
 	var err error
 	select {
 	case <-done:
@@ -353,18 +389,16 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int) (int, error) {
 	return total, nil
 }
 
-// deliver publishes a claimed batch of shard i and settles every message:
-// ack after the broker's confirm, dead-letter when it can never be
-// delivered, release when it may succeed later. Whatever cannot be settled
-// (Redis unreachable, shutdown deadline) stays leased and comes back.
+// deliver publishes a claimed batch of shard i and hands each message to
+// the settlers, which wait for its confirm; it returns once the batch is
+// published, so the worker can claim again while confirms are under way.
+// A message that can never be published is dead-lettered, one that cannot
+// be published now is released. What cannot be settled (Redis unreachable,
+// shutdown deadline) stays leased and comes back.
 func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	type sent struct {
-		c       *shard.Claimed
-		confirm *publisher.Confirm
-	}
-	batch := make([]sent, 0, len(msgs))
 	for j := range msgs {
 		c := &msgs[j]
 		m, reason, err := s.prepare(pctx, c)
@@ -376,40 +410,20 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 			s.release(ctx, i, c, err)
 			continue
 		}
+		select { // a place in the window: backpressure from the broker
+		case s.window <- struct{}{}:
+		case <-pctx.Done():
+			s.release(ctx, i, c, pctx.Err())
+			continue
+		}
 		f, err := s.d.Publisher.Publish(pctx, m)
 		if err != nil {
+			<-s.window
 			s.release(ctx, i, c, err)
 			continue
 		}
-		batch = append(batch, sent{c, f})
+		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline}
 	}
-	acks := make([]shard.Lease, 0, len(batch))
-	for _, b := range batch {
-		err := b.confirm.Wait(pctx)
-		switch {
-		case err == nil:
-			acks = append(acks, b.c.Lease)
-			if b.c.Attempt > 1 {
-				s.redelivered.Add(1)
-			}
-		case errors.Is(err, publisher.ErrReturned):
-			s.deadLetter(ctx, i, b.c, err.Error())
-		default:
-			s.release(ctx, i, b.c, err)
-		}
-	}
-	if len(acks) == 0 {
-		return
-	}
-	n, err := s.d.Store.Ack(ctx, i, acks...)
-	if err != nil {
-		// Published but not acked: the leases expire and the messages are
-		// published again. At least once, never lost.
-		s.errLog.warn("ack after confirm; the messages will be delivered again", err)
-		return
-	}
-	s.published.Add(int64(len(acks)))
-	s.lostLeases.Add(int64(len(acks) - n))
 }
 
 // prepare turns a claimed message into a publish. A non-empty reason means

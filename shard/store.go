@@ -134,6 +134,50 @@ func (s *Store) Ack(ctx context.Context, i int, leases ...Lease) (int, error) {
 	return n, nil
 }
 
+// AckShards acks the leases of several shards in one pipelined round trip
+// (one ack script per shard) and returns how many were still held. On
+// error, some shards may have been acked; the rest will be delivered again.
+func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, error) {
+	total := 0
+	for attempt := 0; attempt < 2; attempt++ {
+		cmds := make(map[int]*redis.Cmd, len(leases))
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, ls := range leases {
+				ks := ShardKeys(s.ns, i)
+				args := make([]any, 0, 2*len(ls))
+				for _, l := range ls {
+					args = append(args, l.ID, l.Token)
+				}
+				cmds[i] = ackScript.EvalSha(ctx, p, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...)
+			}
+			return nil
+		})
+		retry := map[int][]Lease{}
+		var firstErr error
+		for i, c := range cmds {
+			n, err := c.Int()
+			switch {
+			case isNoScript(err):
+				retry[i] = leases[i]
+			case err != nil:
+				if firstErr == nil {
+					firstErr = fmt.Errorf("ack %d messages of shard %d: %w", len(leases[i]), i, err)
+				}
+			default:
+				total += n
+			}
+		}
+		if len(retry) == 0 || attempt == 1 {
+			return total, firstErr
+		}
+		if err := s.Load(ctx); err != nil { // Redis restarted and forgot the scripts
+			return total, err
+		}
+		leases = retry
+	}
+	return total, nil
+}
+
 // Release gives a lease of shard i back: the message is due again after
 // delay, as a redelivery. It reports false if the lease was already lost.
 func (s *Store) Release(ctx context.Context, i int, l Lease, delay time.Duration) (bool, error) {

@@ -1,0 +1,181 @@
+// Command delayq-bench measures delayq against the physical limits of the
+// machine it runs on, in the same run: it starts its own Redis and
+// RabbitMQ on loopback, measures the ceilings (the claim script alone, a
+// bare amqp091-go publisher with confirms), then runs delayq's scanners
+// (the real binary) through the scenarios of scripts/bench.sh and prints
+// every machine-dependent figure as a ratio to a ceiling, with PASS/FAIL
+// against the targets, plus a JSON file.
+//
+// Run it through scripts/bench.sh; -quick shrinks every scenario for a
+// smoke run.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+type config struct {
+	delayq      string
+	out         string
+	quick       bool
+	steadyFor   time.Duration
+	idleFor     time.Duration
+	burst       int
+	memory      int
+	backlog     int
+	ceilingMsgs int
+	batches     []int
+	scanners    []int
+	goroutines  int
+}
+
+func main() {
+	var c config
+	var batches, scanners string
+	flag.StringVar(&c.delayq, "delayq", "bin/delayq", "path of the delayq binary")
+	flag.StringVar(&c.out, "out", "bench.json", "JSON results file")
+	flag.BoolVar(&c.quick, "quick", false, "small sizes: a smoke run of every scenario")
+	flag.DurationVar(&c.steadyFor, "steady", 10*time.Second, "length of each steady-load run")
+	flag.DurationVar(&c.idleFor, "idle", 60*time.Second, "length of the idle measurement")
+	flag.IntVar(&c.burst, "burst", 1_000_000, "messages due at the same millisecond in the burst")
+	flag.IntVar(&c.memory, "memory", 1_000_000, "pending messages for the memory measurement")
+	flag.IntVar(&c.backlog, "backlog", 60_000, "messages of the saturated-dispatch runs")
+	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
+	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
+	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
+	flag.IntVar(&c.goroutines, "goroutines", 32, "goroutines per scanner process")
+	flag.Parse()
+	c.batches, c.scanners = ints(batches), ints(scanners)
+	if c.quick {
+		c.steadyFor, c.idleFor = 6*time.Second, 10*time.Second
+		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
+		c.scanners = []int{1, 2}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	r, err := run(ctx, c)
+	if r != nil {
+		r.print(os.Stdout)
+		if b, jerr := json.MarshalIndent(r, "", "  "); jerr == nil {
+			_ = os.WriteFile(c.out, append(b, '\n'), 0o644)
+			fmt.Printf("\nresults written to %s\n", c.out)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "delayq-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// results is everything the benchmark measured.
+type results struct {
+	Machine   string            `json:"machine"`
+	Started   time.Time         `json:"started"`
+	Ceilings  ceilings          `json:"ceilings"`
+	Saturated []saturatedResult `json:"saturated"`
+	Steady    []steadyResult    `json:"steady"`
+	Burst     []burstResult     `json:"burst"`
+	Idle      *idleResult       `json:"idle,omitempty"`
+	Memory    *memoryResult     `json:"memory,omitempty"`
+	Targets   []target          `json:"targets"`
+	Notes     []string          `json:"notes,omitempty"`
+}
+
+type target struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Target string `json:"target"`
+	Pass   bool   `json:"pass"`
+}
+
+func (r *results) check(name string, pass bool, value, want string) {
+	r.Targets = append(r.Targets, target{Name: name, Value: value, Target: want, Pass: pass})
+}
+
+func (r *results) print(w *os.File) {
+	fmt.Fprintf(w, "\ndelayq-bench on %s, %s\n", r.Machine, r.Started.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	c := r.Ceilings
+	fmt.Fprintln(tw, "\nCEILINGS (same run)\tmsg/s\t")
+	for _, k := range c.ClaimBatches {
+		fmt.Fprintf(tw, "(a) claim script alone, k=%d, %d clients\t%.0f\t\n", k.Batch, c.Clients, k.Rate)
+	}
+	for _, p := range c.AMQPWindows {
+		fmt.Fprintf(tw, "(b) bare amqp091-go, %d channels, confirm window %d\t%.0f\t\n", c.Channels, p.Window, p.Rate)
+	}
+	for _, k := range c.ClaimBatches {
+		fmt.Fprintf(tw, "(c) pipeline limit, k=%d\t%.0f\t\n", k.Batch, c.limit(k.Batch))
+	}
+	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due)\tmsg/s\tof limit (c)\t")
+	for _, s := range r.Saturated {
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate, 100*s.OfLimit)
+	}
+	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\t")
+	for _, s := range r.Steady {
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", s.Batch, s.Scanners,
+			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early)
+	}
+	if len(r.Burst) > 0 {
+		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\t")
+		for _, b := range r.Burst {
+			fmt.Fprintf(tw, "k=%d, %d msgs, %d scanner(s)\t%.0f\t%.0f%%\t%s\t%s\t%d\t\n", b.Batch, b.Messages, b.Scanners, b.Rate,
+				100*b.OfSaturated, b.Drain.Round(100*time.Millisecond), time.Duration(b.SlowestMicros)*time.Microsecond, b.SlowOver5ms)
+		}
+	}
+	for _, b := range r.Burst {
+		for _, c := range b.SlowCommands {
+			fmt.Fprintf(tw, "  slow, k=%d: %s\t\t\n", b.Batch, c)
+		}
+	}
+	if i := r.Idle; i != nil {
+		fmt.Fprintln(tw, "\nIDLE\t\t")
+		fmt.Fprintf(tw, "M=%d, %d scanners x %d goroutines, %s\t%.1f Redis cmd/s (%.2f per shard)\tscanner CPU %.2f%% of a core (max)\t\n",
+			i.Shards, i.Scanners, i.Goroutines, i.Duration, i.CommandsPerSec, i.CommandsPerSec/float64(i.Shards), i.MaxCPUPercent)
+	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintln(tw, "\nMEMORY\t\t")
+		fmt.Fprintf(tw, "%d pending, %d-byte bodies\t%.0f bytes each (body + %.0f)\t\n", m.Messages, m.BodyBytes, m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes))
+	}
+	fmt.Fprintln(tw, "\nTARGETS\tvalue\ttarget\t")
+	for _, t := range r.Targets {
+		res := "PASS"
+		if !t.Pass {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t\n", res, t.Name, t.Value, t.Target)
+	}
+	_ = tw.Flush()
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/1e6)
+	}
+	return d.Round(10 * time.Millisecond).String()
+}

@@ -1,0 +1,853 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher/publishertest"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+const (
+	exchange  = "bench"
+	bodyBytes = 100
+	shards    = 16
+)
+
+var body = []byte(strings.Repeat("x", bodyBytes))
+
+// bench holds the servers and clients every scenario shares.
+type bench struct {
+	c      config
+	rs     *shardtest.Redis
+	rabbit *publishertest.Rabbit
+	rdb    *redis.Client
+	res    *results
+	seq    atomic.Int64
+}
+
+func run(ctx context.Context, c config) (*results, error) {
+	if _, err := os.Stat(c.delayq); err != nil {
+		return nil, fmt.Errorf("delayq binary: %w (go build -o bin/delayq ./cmd/delayq)", err)
+	}
+	host, _ := os.Hostname()
+	r := &results{Machine: fmt.Sprintf("%s, %d cores, %s", host, runtime.NumCPU(), runtime.Version()), Started: time.Now()}
+	b := &bench{c: c, res: r}
+	say("starting Redis and RabbitMQ on loopback ...")
+	var err error
+	if b.rs, err = shardtest.StartRedis(shardtest.RedisOptions{}); err != nil {
+		return nil, err
+	}
+	defer b.rs.Close()
+	if b.rabbit, err = publishertest.StartRabbit(); err != nil {
+		return nil, err
+	}
+	defer b.rabbit.Close()
+	b.rdb = redis.NewClient(&redis.Options{Addr: b.rs.Addr, PoolSize: 64})
+	defer b.rdb.Close()
+	if err := b.rdb.ConfigSet(ctx, "slowlog-log-slower-than", "5000").Err(); err != nil {
+		return nil, err
+	}
+	if err := b.declareExchange(); err != nil {
+		return nil, err
+	}
+	steps := []func(context.Context) error{b.ceilings, b.saturated, b.steady, b.burst, b.idle, b.memory}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return r, err
+		}
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+	}
+	b.targets()
+	return r, nil
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) declareExchange() error {
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil)
+}
+
+// namespace returns a fresh namespace (and queue / routing key name).
+func (b *bench) namespace(what string) string {
+	return fmt.Sprintf("%s-%d", what, b.seq.Add(1))
+}
+
+// fill enqueues n messages in namespace ns, due after delay (or at the
+// same absolute millisecond when at is non-zero), in pipelined batches.
+func (b *bench) fill(ctx context.Context, ns string, n int, delay time.Duration, at time.Time) (*shard.Producer, error) {
+	st, err := shard.NewStore(b.rdb, ns)
+	if err != nil {
+		return nil, err
+	}
+	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
+	const batch = 2000
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	next := atomic.Int64{}
+	for range 4 {
+		wg.Go(func() {
+			for {
+				start := int(next.Add(batch)) - batch
+				if start >= n {
+					return
+				}
+				msgs := make([]shard.Message, 0, batch)
+				for i := start; i < min(n, start+batch); i++ {
+					msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns,
+						Body: body, Delay: delay, At: at})
+				}
+				res, err := prod.EnqueueBatch(ctx, msgs)
+				if err == nil {
+					for _, r := range res {
+						if r.Err != nil {
+							err = r.Err
+							break
+						}
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	return prod, nil
+}
+
+// ---- ceilings ----
+
+type ceilings struct {
+	Clients      int          `json:"claim_clients"`
+	ClaimBatches []claimRate  `json:"claim"`
+	Channels     int          `json:"amqp_channels"`
+	AMQPWindows  []windowRate `json:"amqp"`
+	AMQPBest     float64      `json:"amqp_best"`
+}
+
+type claimRate struct {
+	Batch int     `json:"batch"`
+	Rate  float64 `json:"msgs_per_sec"`
+}
+
+type windowRate struct {
+	Window int     `json:"window"`
+	Rate   float64 `json:"msgs_per_sec"`
+}
+
+// limit is (c): the lower of the claim ceiling for batch k and the best
+// AMQP ceiling.
+func (c ceilings) limit(k int) float64 {
+	for _, cr := range c.ClaimBatches {
+		if cr.Batch == k {
+			return math.Min(cr.Rate, c.AMQPBest)
+		}
+	}
+	return c.AMQPBest
+}
+
+func (b *bench) ceilings(ctx context.Context) error {
+	c := &b.res.Ceilings
+	c.Clients, c.Channels = 32, 4
+	for _, k := range b.c.batches {
+		ns := b.namespace("ceiling-claim")
+		if _, err := b.fill(ctx, ns, b.c.ceilingMsgs, 0, time.Time{}); err != nil {
+			return err
+		}
+		st, _ := shard.NewStore(b.rdb, ns)
+		if err := st.Load(ctx); err != nil {
+			return err
+		}
+		var claimed atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := range c.Clients {
+			wg.Go(func() {
+				for i := g; ; i++ {
+					empty := 0
+					for empty < shards { // done when a whole round of shards is empty
+						r, err := st.Claim(ctx, i%shards, k, time.Hour)
+						if err != nil {
+							return
+						}
+						if len(r.Msgs) == 0 {
+							empty++
+							i++
+							continue
+						}
+						empty = 0
+						claimed.Add(int64(len(r.Msgs)))
+					}
+					return
+				}
+			})
+		}
+		wg.Wait()
+		rate := float64(claimed.Load()) / time.Since(start).Seconds()
+		c.ClaimBatches = append(c.ClaimBatches, claimRate{Batch: k, Rate: rate})
+		say("ceiling (a): claim script alone, k=%d: %.0f msg/s", k, rate)
+		b.rdb.FlushAll(ctx)
+	}
+	for _, w := range []int{32, 128, 512} {
+		rate, err := b.bareAMQP(ctx, c.Channels, w, b.c.ceilingMsgs)
+		if err != nil {
+			return err
+		}
+		c.AMQPWindows = append(c.AMQPWindows, windowRate{Window: w, Rate: rate})
+		c.AMQPBest = math.Max(c.AMQPBest, rate)
+		say("ceiling (b): bare amqp091-go, %d channels, window %d: %.0f msg/s", c.Channels, w, rate)
+	}
+	return nil
+}
+
+// bareAMQP publishes n persistent 100-byte messages with confirms over
+// channels channels, at most window unconfirmed per channel, to a durable
+// queue that a consumer drains, and returns the confirmed rate.
+func (b *bench) bareAMQP(ctx context.Context, channels, window, n int) (float64, error) {
+	ns := b.namespace("ceiling-amqp")
+	stopConsumer, err := b.consume(ctx, ns, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer stopConsumer()
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var wg sync.WaitGroup
+	per := n / channels
+	start := time.Now()
+	errs := make(chan error, channels)
+	for range channels {
+		wg.Go(func() {
+			ch, err := conn.Channel()
+			if err == nil {
+				err = ch.Confirm(false)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			confirms := ch.NotifyPublish(make(chan amqp.Confirmation, window))
+			outstanding := 0
+			for i := range per {
+				for outstanding >= window {
+					<-confirms
+					outstanding--
+				}
+				err := ch.PublishWithContext(ctx, exchange, ns, true, false, amqp.Publishing{
+					DeliveryMode: amqp.Persistent, MessageId: strconv.Itoa(i), Body: body,
+					Headers: amqp.Table{scanner.HeaderDueMs: int64(0), scanner.HeaderAttempt: int32(1)}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				outstanding++
+			}
+			for ; outstanding > 0; outstanding-- {
+				<-confirms
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	return float64(per*channels) / time.Since(start).Seconds(), nil
+}
+
+// ---- consumer ----
+
+// tally collects deliveries of one scenario.
+type tally struct {
+	mu    sync.Mutex
+	late  []time.Duration // receive time - x-delayq-due-ms, first deliveries
+	at    []time.Time     // receive times of first deliveries
+	seen  map[string]bool
+	early int
+	dups  int
+	first time.Time
+	last  time.Time
+	count atomic.Int64
+}
+
+func newTally() *tally { return &tally{seen: map[string]bool{}} }
+
+// consume declares queue ns bound to the bench exchange and feeds
+// deliveries to t (nil: just drain). It returns a stop function.
+func (b *bench) consume(ctx context.Context, ns string, t *tally) (func(), error) {
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(ns, true, false, false, false, nil)
+	}
+	if err == nil {
+		err = ch.QueueBind(ns, ns, exchange, false, nil)
+	}
+	if err == nil {
+		err = ch.Qos(5000, 0, false)
+	}
+	var d <-chan amqp.Delivery
+	if err == nil {
+		d, err = ch.Consume(ns, "", true, true, false, false, nil)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range d {
+			if t == nil {
+				continue
+			}
+			now := time.Now()
+			due, _ := m.Headers[scanner.HeaderDueMs].(int64)
+			t.mu.Lock()
+			if t.first.IsZero() {
+				t.first = now
+			}
+			t.last = now
+			if t.seen[m.MessageId] {
+				t.dups++
+			} else {
+				t.seen[m.MessageId] = true
+				if now.UnixMilli() < due {
+					t.early++
+				}
+				t.late = append(t.late, now.Sub(time.UnixMilli(due)))
+				t.at = append(t.at, now)
+			}
+			t.mu.Unlock()
+			t.count.Add(1)
+		}
+	}()
+	return func() {
+		_, _ = ch.QueueDelete(ns, false, false, false)
+		_ = conn.Close()
+		<-done
+	}, nil
+}
+
+// waitFor waits until t has n distinct messages or the timeout passes.
+func (t *tally) waitFor(ctx context.Context, n int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		t.mu.Lock()
+		got := len(t.seen)
+		t.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func (t *tally) quantiles() (p50, p99, p999, max time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.late) == 0 {
+		return
+	}
+	s := slices.Clone(t.late)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return q(0.5), q(0.99), q(0.999), s[len(s)-1]
+}
+
+// ---- scanner processes ----
+
+type fleet struct{ procs []*exec.Cmd }
+
+func (b *bench) startFleet(ns string, n, k, m int, extraEnv ...string) (*fleet, error) {
+	f := &fleet{}
+	for range n {
+		cmd := exec.Command(b.c.delayq, "scan")
+		cmd.Env = append(os.Environ(), "DELAYQ_REDIS_ADDRS="+b.rs.Addr, "DELAYQ_AMQP_URL="+b.rabbit.URL,
+			"DELAYQ_NAMESPACE="+ns, fmt.Sprintf("DELAYQ_SHARDS=%d", m), fmt.Sprintf("DELAYQ_CLAIM_BATCH=%d", k),
+			fmt.Sprintf("DELAYQ_GOROUTINES=%d", b.c.goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console")
+		cmd.Env = append(cmd.Env, extraEnv...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			f.stop()
+			return nil, err
+		}
+		f.procs = append(f.procs, cmd)
+	}
+	return f, nil
+}
+
+func (f *fleet) stop() {
+	for _, p := range f.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range f.procs {
+		_ = p.Wait()
+	}
+}
+
+// ---- saturated dispatch ----
+
+type saturatedResult struct {
+	Batch    int     `json:"batch"`
+	Scanners int     `json:"scanners"`
+	Messages int     `json:"messages"`
+	Rate     float64 `json:"msgs_per_sec"`
+	OfLimit  float64 `json:"of_limit"`
+}
+
+// drainBacklog fills n messages due at one moment 2 s ahead, starts the
+// fleet, and measures the rate from the first to the last delivery.
+func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners int) (rate float64, drain time.Duration, err error) {
+	ns := b.namespace(what)
+	t := newTally()
+	stop, err := b.consume(ctx, ns, t)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	f, err := b.startFleet(ns, scanners, k, shards)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.stop()
+	// All due at one millisecond, far enough ahead that filling ends first
+	// (filling runs at well over 20k messages/s).
+	at := time.Now().Add(2*time.Second + time.Duration(n/20000)*time.Second).Truncate(time.Millisecond)
+	fillStart := time.Now()
+	if _, err := b.fill(ctx, ns, n, 0, at); err != nil {
+		return 0, 0, err
+	}
+	say("  %d messages enqueued in %s", n, time.Since(fillStart).Round(time.Millisecond))
+	if time.Now().After(at) {
+		b.res.Notes = append(b.res.Notes, fmt.Sprintf("%s: filling %d messages ended after they fell due", what, n))
+	}
+	if !t.waitFor(ctx, n, time.Duration(n/500+60)*time.Second) {
+		return 0, 0, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
+	}
+	t.mu.Lock()
+	drain = t.last.Sub(t.first)
+	t.mu.Unlock()
+	return float64(n) / drain.Seconds(), drain, nil
+}
+
+func (b *bench) saturated(ctx context.Context) error {
+	for _, k := range b.c.batches {
+		rate, _, err := b.drainBacklog(ctx, "saturated", b.c.backlog, k, 1)
+		if err != nil {
+			return err
+		}
+		s := saturatedResult{Batch: k, Scanners: 1, Messages: b.c.backlog, Rate: rate, OfLimit: rate / b.res.Ceilings.limit(k)}
+		b.res.Saturated = append(b.res.Saturated, s)
+		say("saturated dispatch, k=%d: %.0f msg/s (%.0f%% of limit)", k, rate, 100*s.OfLimit)
+		b.rdb.FlushAll(ctx)
+	}
+	return nil
+}
+
+// bestBatch is the batch size with the highest saturated dispatch rate.
+func (b *bench) bestBatch() (int, float64) {
+	best, rate := 1, 0.0
+	for _, s := range b.res.Saturated {
+		if s.Rate > rate {
+			best, rate = s.Batch, s.Rate
+		}
+	}
+	return best, rate
+}
+
+// ---- steady load ----
+
+type steadyResult struct {
+	Batch    int           `json:"batch"`
+	Scanners int           `json:"scanners"`
+	Load     float64       `json:"load_of_limit"`
+	Rate     float64       `json:"enqueue_per_sec"`
+	Dispatch float64       `json:"dispatch_per_sec"`
+	P50      time.Duration `json:"lateness_p50_ns"`
+	P99      time.Duration `json:"lateness_p99_ns"`
+	P999     time.Duration `json:"lateness_p999_ns"`
+	Max      time.Duration `json:"lateness_max_ns"`
+	Early    int           `json:"early"`
+	Missing  int64         `json:"missing"`
+}
+
+func (b *bench) steady(ctx context.Context) error {
+	best, _ := b.bestBatch()
+	ks := []int{1}
+	if best != 1 {
+		ks = append(ks, best)
+	}
+	for _, k := range ks {
+		limit := b.res.Ceilings.limit(k)
+		for _, n := range b.c.scanners {
+			for _, load := range []float64{0.25, 0.5, 0.9} {
+				s, err := b.steadyRun(ctx, k, n, load, limit*load)
+				if err != nil {
+					return err
+				}
+				b.res.Steady = append(b.res.Steady, s)
+				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
+					k, n, 100*load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
+				b.rdb.FlushAll(ctx)
+			}
+		}
+	}
+	return nil
+}
+
+// steadyRun: an open-loop producer enqueues rate msg/s, each due 1-5 s
+// later, for c.steadyFor; the run ends when all are delivered.
+func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float64) (steadyResult, error) {
+	ns := b.namespace("steady")
+	res := steadyResult{Batch: k, Scanners: scanners, Load: load, Rate: rate}
+	t := newTally()
+	stop, err := b.consume(ctx, ns, t)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	f, err := b.startFleet(ns, scanners, k, shards)
+	if err != nil {
+		return res, err
+	}
+	defer f.stop()
+	st, _ := shard.NewStore(b.rdb, ns)
+	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
+	// Open loop: every 10 ms send what the schedule says should have been
+	// sent by now, whatever the system under test does.
+	start := time.Now()
+	sent := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	var wg sync.WaitGroup
+	var enqErr atomic.Value
+	for now := range tick.C {
+		el := now.Sub(start)
+		if el > b.c.steadyFor || ctx.Err() != nil {
+			break
+		}
+		want := int(rate * el.Seconds())
+		if want <= sent {
+			continue
+		}
+		msgs := make([]shard.Message, 0, want-sent)
+		for i := sent; i < want; i++ {
+			delay := time.Second + time.Duration(uint64(i)*2654435761%4000)*time.Millisecond
+			msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns, Body: body, Delay: delay})
+		}
+		sent = want
+		wg.Go(func() { // the send itself must not hold back the schedule
+			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+				enqErr.Store(err)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	if err, _ := enqErr.Load().(error); err != nil {
+		return res, err
+	}
+	t.waitFor(ctx, sent, 30*time.Second)
+	t.mu.Lock()
+	res.Missing = int64(sent - len(t.seen))
+	// Dispatch rate in the stationary window: from 5 s after the producer
+	// started (every delay of 1-5 s is in play) to 1 s after it stopped.
+	from, to := start.Add(5*time.Second), start.Add(b.c.steadyFor+time.Second)
+	if to.Sub(from) >= time.Second {
+		n := 0
+		for _, at := range t.at {
+			if !at.Before(from) && at.Before(to) {
+				n++
+			}
+		}
+		res.Dispatch = float64(n) / to.Sub(from).Seconds()
+	} else if span := t.last.Sub(t.first); span > 0 {
+		res.Dispatch = float64(len(t.seen)) / span.Seconds()
+	}
+	res.Early = t.early
+	t.mu.Unlock()
+	res.P50, res.P99, res.P999, res.Max = t.quantiles()
+	return res, nil
+}
+
+// ---- burst ----
+
+type burstResult struct {
+	Batch         int           `json:"batch"`
+	Scanners      int           `json:"scanners"`
+	Messages      int           `json:"messages"`
+	Rate          float64       `json:"drain_per_sec"`
+	Drain         time.Duration `json:"drain_ns"`
+	OfSaturated   float64       `json:"of_saturated"`
+	SlowestMicros int64         `json:"slowest_command_us"`
+	SlowOver5ms   int           `json:"commands_over_5ms"`
+	SlowCommands  []string      `json:"slow_commands,omitempty"` // what they were, e.g. "EVALSHA claim k=32 (13.1ms)"
+}
+
+func (b *bench) burst(ctx context.Context) error {
+	best, _ := b.bestBatch()
+	ks := []int{1}
+	if best != 1 {
+		ks = append(ks, best)
+	}
+	for _, k := range ks {
+		b.rdb.SlowLogReset(ctx)
+		say("burst: %d messages due at one millisecond, k=%d ...", b.c.burst, k)
+		rate, drain, err := b.drainBacklog(ctx, "burst", b.c.burst, k, 1)
+		if err != nil {
+			return err
+		}
+		var sat float64
+		for _, s := range b.res.Saturated {
+			if s.Batch == k {
+				sat = s.Rate
+			}
+		}
+		r := burstResult{Batch: k, Scanners: 1, Messages: b.c.burst, Rate: rate, Drain: drain, OfSaturated: rate / sat}
+		logs, err := b.rdb.SlowLogGet(ctx, 1000).Result()
+		if err != nil {
+			return err
+		}
+		for _, l := range logs {
+			if us := l.Duration.Microseconds(); us > r.SlowestMicros {
+				r.SlowestMicros = us
+			}
+			if l.Duration > 5*time.Millisecond && !isFill(l.Args) {
+				r.SlowOver5ms++
+				if len(r.SlowCommands) < 10 {
+					r.SlowCommands = append(r.SlowCommands, fmt.Sprintf("%s (%s)", describe(l.Args), l.Duration))
+				}
+			}
+		}
+		b.res.Burst = append(b.res.Burst, r)
+		say("burst k=%d: drained %d in %s (%.0f msg/s, %.0f%% of saturated); %d commands over 5 ms",
+			k, b.c.burst, drain.Round(time.Millisecond), rate, 100*r.OfSaturated, r.SlowOver5ms)
+		b.rdb.FlushAll(ctx)
+	}
+	return nil
+}
+
+// describe names a slow command: the script is known by its first key.
+func describe(args []string) string {
+	if len(args) >= 4 && strings.EqualFold(args[0], "evalsha") {
+		return "EVALSHA on " + args[3]
+	}
+	return strings.Join(args[:min(3, len(args))], " ")
+}
+
+// isFill reports a slow log entry of the benchmark's own housekeeping
+// (FLUSHALL), which is not delayq's.
+func isFill(args []string) bool {
+	return len(args) > 0 && strings.EqualFold(args[0], "flushall")
+}
+
+// ---- idle ----
+
+type idleResult struct {
+	Shards         int           `json:"shards"`
+	Scanners       int           `json:"scanners"`
+	Goroutines     int           `json:"goroutines"`
+	Duration       time.Duration `json:"duration_ns"`
+	CommandsPerSec float64       `json:"redis_commands_per_sec"`
+	MaxCPUPercent  float64       `json:"max_scanner_cpu_percent"`
+}
+
+func (b *bench) idle(ctx context.Context) error {
+	const m, n = 64, 3
+	ns := b.namespace("idle")
+	f, err := b.startFleet(ns, n, 1, m)
+	if err != nil {
+		return err
+	}
+	defer f.stop()
+	say("idle: M=%d, %d scanners x %d goroutines, nothing due, %s ...", m, n, b.c.goroutines, b.c.idleFor)
+	time.Sleep(5 * time.Second) // start-up rounds are not idle
+	calls0, err := b.commandCalls(ctx)
+	if err != nil {
+		return err
+	}
+	cpu0 := make([]float64, n)
+	for i, p := range f.procs {
+		cpu0[i] = cpuSeconds(p.Process.Pid)
+	}
+	start := time.Now()
+	time.Sleep(b.c.idleFor)
+	el := time.Since(start)
+	calls1, err := b.commandCalls(ctx)
+	if err != nil {
+		return err
+	}
+	r := &idleResult{Shards: m, Scanners: n, Goroutines: b.c.goroutines, Duration: el.Round(time.Second),
+		CommandsPerSec: float64(calls1-calls0-2) / el.Seconds()} // -2: our own INFO calls
+	for i, p := range f.procs {
+		r.MaxCPUPercent = math.Max(r.MaxCPUPercent, 100*(cpuSeconds(p.Process.Pid)-cpu0[i])/el.Seconds())
+	}
+	b.res.Idle = r
+	say("idle: %.1f Redis commands/s for the fleet (%.2f per shard), scanner CPU up to %.2f%%", r.CommandsPerSec, r.CommandsPerSec/m, r.MaxCPUPercent)
+	return nil
+}
+
+// commandCalls sums the calls of every command in INFO commandstats.
+func (b *bench) commandCalls(ctx context.Context) (int64, error) {
+	info, err := b.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if i := strings.Index(line, "calls="); i >= 0 && strings.HasPrefix(line, "cmdstat_") {
+			v := line[i+len("calls="):]
+			if j := strings.IndexByte(v, ','); j >= 0 {
+				v = v[:j]
+			}
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// cpuSeconds reads a process's user+system CPU time from /proc.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100 // clock ticks (USER_HZ = 100 on Linux)
+}
+
+// ---- memory ----
+
+type memoryResult struct {
+	Messages        int     `json:"messages"`
+	BodyBytes       int     `json:"body_bytes"`
+	BytesPerMessage float64 `json:"bytes_per_message"`
+}
+
+func (b *bench) memory(ctx context.Context) error {
+	b.rdb.FlushAll(ctx)
+	before, err := b.usedMemory(ctx)
+	if err != nil {
+		return err
+	}
+	say("memory: %d pending messages with %d-byte bodies ...", b.c.memory, bodyBytes)
+	if _, err := b.fill(ctx, b.namespace("memory"), b.c.memory, time.Hour, time.Time{}); err != nil {
+		return err
+	}
+	after, err := b.usedMemory(ctx)
+	if err != nil {
+		return err
+	}
+	r := &memoryResult{Messages: b.c.memory, BodyBytes: bodyBytes, BytesPerMessage: float64(after-before) / float64(b.c.memory)}
+	b.res.Memory = r
+	say("memory: %.0f bytes per pending message", r.BytesPerMessage)
+	b.rdb.FlushAll(ctx)
+	return nil
+}
+
+func (b *bench) usedMemory(ctx context.Context) (int64, error) {
+	info, err := b.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no used_memory in INFO")
+}
+
+// ---- targets ----
+
+func (b *bench) targets() {
+	r := b.res
+	best, _ := b.bestBatch()
+	for _, s := range r.Saturated {
+		if s.Batch == 1 || s.Batch == best {
+			r.check(fmt.Sprintf("saturated dispatch, k=%d", s.Batch), s.OfLimit >= 0.9,
+				fmt.Sprintf("%.0f%% of limit", 100*s.OfLimit), ">= 90% of limit (c)")
+		}
+	}
+	early := 0
+	for _, s := range r.Steady {
+		early += s.Early
+		if s.Load == 0.5 {
+			r.check(fmt.Sprintf("lateness at 50%%, k=%d, %d scanner(s)", s.Batch, s.Scanners),
+				s.P99 <= 10*time.Millisecond && s.Max <= 100*time.Millisecond,
+				fmt.Sprintf("p99 %s, max %s", ms(s.P99), ms(s.Max)), "p99 <= 10ms, max <= 100ms")
+		}
+		if s.Missing > 0 {
+			r.check(fmt.Sprintf("steady k=%d, %d scanner(s), %.0f%%: all delivered", s.Batch, s.Scanners, 100*s.Load), false,
+				fmt.Sprintf("%d missing after 30 s", s.Missing), "0 missing")
+		}
+	}
+	r.check("no message early, ever", early == 0, fmt.Sprintf("%d early", early), "0")
+	for _, bu := range r.Burst {
+		r.check(fmt.Sprintf("burst drain, k=%d", bu.Batch), bu.OfSaturated >= 0.8,
+			fmt.Sprintf("%.0f%% of saturated", 100*bu.OfSaturated), ">= 80% of saturated dispatch")
+		r.check(fmt.Sprintf("burst: no Redis command over 5 ms, k=%d", bu.Batch), bu.SlowOver5ms == 0,
+			fmt.Sprintf("%d over 5 ms (slowest %s)", bu.SlowOver5ms, time.Duration(bu.SlowestMicros)*time.Microsecond), "0")
+	}
+	if i := r.Idle; i != nil {
+		r.check("idle Redis commands", i.CommandsPerSec <= float64(i.Shards),
+			fmt.Sprintf("%.1f/s for M=%d", i.CommandsPerSec, i.Shards), "<= 1 per shard per second, fleet-wide")
+		r.check("idle scanner CPU", i.MaxCPUPercent < 1, fmt.Sprintf("%.2f%%", i.MaxCPUPercent), "< 1% of a core")
+	}
+	if m := r.Memory; m != nil {
+		r.check("memory per pending message", m.BytesPerMessage <= float64(m.BodyBytes+200),
+			fmt.Sprintf("%.0f bytes", m.BytesPerMessage), fmt.Sprintf("<= body + 200 = %d", m.BodyBytes+200))
+	}
+}

@@ -1,0 +1,120 @@
+package scanner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/shard"
+)
+
+// sent is a published message waiting for the broker's confirm.
+type sent struct {
+	shard    int
+	c        shard.Claimed
+	confirm  *publisher.Confirm
+	deadline time.Time // publish + confirm must be done by then, else release
+}
+
+// settle waits for confirms and settles each message: ack (batched) on
+// success, dead-letter when returned, release otherwise. Several settle
+// goroutines read the same queue, so one slow confirm does not hold up the
+// others.
+func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
+	for m := range queue {
+		wctx, cancel := context.WithDeadline(ctx, m.deadline)
+		err := m.confirm.Wait(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			if m.c.Attempt > 1 {
+				s.redelivered.Add(1)
+			}
+			s.acks.add(m.shard, m.c.Lease)
+		case errors.Is(err, publisher.ErrReturned):
+			s.deadLetter(ctx, m.shard, &m.c, err.Error())
+		default:
+			s.release(ctx, m.shard, &m.c, err)
+		}
+		<-s.window // this message no longer counts against the window
+	}
+}
+
+// ackBatcher collects the leases of confirmed messages and acks them per
+// shard, all shards in one pipelined round trip, so that acking costs a
+// fraction of a Redis call per message. A lease waits at most flushEvery.
+// Losing a batch (the process dies, Redis fails) only means those messages
+// are published again after their lease: at least once, never lost.
+type ackBatcher struct {
+	s          *Scanner
+	flushEvery time.Duration
+	maxPending int
+
+	mu      sync.Mutex
+	pending map[int][]shard.Lease
+	n       int
+	full    chan struct{} // signalled when n reaches maxPending
+	room    *sync.Cond    // waited on by add while n >= 4*maxPending
+}
+
+func newAckBatcher(s *Scanner) *ackBatcher {
+	a := &ackBatcher{s: s, flushEvery: time.Millisecond, maxPending: 256, pending: map[int][]shard.Lease{},
+		full: make(chan struct{}, 1)}
+	a.room = sync.NewCond(&a.mu)
+	return a
+}
+
+func (a *ackBatcher) add(i int, l shard.Lease) {
+	a.mu.Lock()
+	for a.n >= 4*a.maxPending { // Redis is slower than the broker: hold the settlers back
+		a.room.Wait()
+	}
+	a.pending[i] = append(a.pending[i], l)
+	a.n++
+	n := a.n
+	a.mu.Unlock()
+	if n >= a.maxPending {
+		select {
+		case a.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run flushes until ctx ends, then once more with flushCtx (bounded by the
+// caller's shutdown deadline).
+func (a *ackBatcher) run(ctx context.Context, flushCtx context.Context) {
+	t := time.NewTicker(a.flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			a.flush(flushCtx)
+			return
+		case <-t.C:
+		case <-a.full:
+		}
+		a.flush(flushCtx)
+	}
+}
+
+func (a *ackBatcher) flush(ctx context.Context) {
+	a.mu.Lock()
+	if a.n == 0 {
+		a.mu.Unlock()
+		return
+	}
+	batch := a.pending
+	n := a.n
+	a.pending, a.n = make(map[int][]shard.Lease, len(batch)), 0
+	a.room.Broadcast()
+	a.mu.Unlock()
+	acked, err := a.s.d.Store.AckShards(ctx, batch)
+	if err != nil {
+		a.s.errLog.warn("ack after confirm; the messages will be delivered again", err)
+	}
+	a.s.published.Add(int64(n))
+	a.s.lostLeases.Add(int64(n - acked))
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One-command benchmark: installs what is missing, builds delayq, starts its
+# own Redis and RabbitMQ on loopback, measures the ceilings (claim script
+# alone, bare amqp091-go with confirms) and delayq's scenarios (saturated
+# dispatch, steady load at 25/50/90% of the limit with 1-3 scanners, a burst
+# all due at one millisecond, an idle fleet, memory per pending message) in
+# the same run, and prints a table with PASS/FAIL per target plus bench.json.
+#
+#   scripts/bench.sh            full run (about 15-20 minutes on 2 cores)
+#   scripts/bench.sh -quick     every scenario with small sizes (about 3 minutes)
+# Other flags go to delayq-bench (see: go run ./cmd/delayq-bench -h).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+scripts/install.sh
+mkdir -p bin
+go build -o bin/delayq ./cmd/delayq
+go build -o bin/delayq-bench ./cmd/delayq-bench
+exec bin/delayq-bench -delayq bin/delayq "$@"

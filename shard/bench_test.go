@@ -1,0 +1,135 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// benchStore returns a store in a fresh namespace with n messages due now
+// in shard 0 of 1.
+func benchStore(b *testing.B, n int) (*shard.Store, *shard.Producer) {
+	b.Helper()
+	shardtest.Require(b, srvErr)
+	st, err := shard.NewStore(srv.Client(b), shardtest.Namespace(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	prod := shard.NewProducer(st, fixed(1), shard.ProducerOptions{})
+	body := make([]byte, 100)
+	for start := 0; start < n; start += 1000 {
+		msgs := make([]shard.Message, 0, 1000)
+		for i := start; i < min(n, start+1000); i++ {
+			msgs = append(msgs, shard.Message{ID: "m" + strconv.Itoa(i), Topic: "t", Body: body})
+		}
+		if _, err := prod.EnqueueBatch(context.Background(), msgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return st, prod
+}
+
+// BenchmarkClaim: one claim call (one round trip) per op, messages per
+// second reported; run with -benchmem. The claim script's cost over k is
+// the point: batch=100 moves 100 messages per round trip.
+func BenchmarkClaim(b *testing.B) {
+	for _, k := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("batch=%d", k), func(b *testing.B) {
+			st, _ := benchStore(b, b.N*k+k)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := st.Claim(ctx, 0, k, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*k)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkClaimParallel: many clients claiming at once, as a scanner's
+// goroutines do.
+func BenchmarkClaimParallel(b *testing.B) {
+	st, _ := benchStore(b, 200_000)
+	ctx := context.Background()
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := st.Claim(ctx, 0, 1, time.Hour); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+func BenchmarkEnqueue(b *testing.B) {
+	st, err := shard.NewStore(srv.Client(b), shardtest.Namespace(b))
+	shardtest.Require(b, srvErr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prod := shard.NewProducer(st, fixed(16), shard.ProducerOptions{})
+	body := make([]byte, 100)
+	ctx := context.Background()
+	b.Run("single", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			if _, err := prod.Enqueue(ctx, shard.Message{ID: "s" + strconv.Itoa(i), Topic: "t", Body: body, Delay: time.Hour}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("batch=500", func(b *testing.B) {
+		b.ReportAllocs()
+		msgs := make([]shard.Message, 500)
+		for i := range b.N {
+			for j := range msgs {
+				msgs[j] = shard.Message{ID: fmt.Sprintf("b%d-%d", i, j), Topic: "t", Body: body, Delay: time.Hour}
+			}
+			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*500)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+func BenchmarkAck(b *testing.B) {
+	for _, k := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", k), func(b *testing.B) {
+			st, _ := benchStore(b, b.N*k)
+			ctx := context.Background()
+			claims := make([][]shard.Lease, 0, b.N)
+			for range b.N {
+				r, err := st.Claim(ctx, 0, k, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ls := make([]shard.Lease, len(r.Msgs))
+				for i, m := range r.Msgs {
+					ls[i] = m.Lease
+				}
+				claims = append(claims, ls)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for _, ls := range claims {
+				if _, err := st.Ack(ctx, 0, ls...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*k)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
