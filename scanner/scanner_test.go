@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 // fleet is one test's world: a namespace, a producer, a scanner, and a
 // durable queue bound to the test's exchange with routing key "rk".
 type fleet struct {
-	t        *testing.T
+	t        testing.TB
 	ns       string
 	exchange string
 	prod     *shard.Producer
@@ -66,7 +66,7 @@ type delivery struct {
 	body    string
 }
 
-func newFleet(t *testing.T, m int, cfg scanner.Config, amqpURL string) *fleet {
+func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	t.Helper()
 	shardtest.Require(t, serverErr)
 	f := &fleet{t: t, ns: shardtest.Namespace(t), m: m, got: map[string][]delivery{}}
@@ -177,6 +177,9 @@ func (f *fleet) waitAll(ids []string, within time.Duration) {
 	shardtest.WaitFor(f.t, within, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if len(f.got) < len(ids) { // cheap test first: not all can be there yet
+			return false
+		}
 		for _, id := range ids {
 			if len(f.got[id]) == 0 {
 				return false

@@ -55,13 +55,14 @@ type ackBatcher struct {
 	mu      sync.Mutex
 	pending map[int][]shard.Lease
 	n       int
+	started chan struct{} // signalled by the first lease of a batch
 	full    chan struct{} // signalled when n reaches maxPending
 	room    *sync.Cond    // waited on by add while n >= 4*maxPending
 }
 
 func newAckBatcher(s *Scanner) *ackBatcher {
 	a := &ackBatcher{s: s, flushEvery: time.Millisecond, maxPending: 256, pending: map[int][]shard.Lease{},
-		full: make(chan struct{}, 1)}
+		started: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	a.room = sync.NewCond(&a.mu)
 	return a
 }
@@ -75,27 +76,41 @@ func (a *ackBatcher) add(i int, l shard.Lease) {
 	a.n++
 	n := a.n
 	a.mu.Unlock()
-	if n >= a.maxPending {
+	signal := func(c chan struct{}) {
 		select {
-		case a.full <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 	}
+	if n == 1 {
+		signal(a.started)
+	}
+	if n >= a.maxPending {
+		signal(a.full)
+	}
 }
 
-// run flushes until ctx ends, then once more with flushCtx (bounded by the
-// caller's shutdown deadline).
+// run flushes each batch flushEvery after its first lease (or when it is
+// full) until ctx ends, then once more with flushCtx (bounded by the
+// caller's shutdown deadline). An idle scanner has no batch, so no timer.
 func (a *ackBatcher) run(ctx context.Context, flushCtx context.Context) {
-	t := time.NewTicker(a.flushEvery)
-	defer t.Stop()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			a.flush(flushCtx)
 			return
+		case <-a.started:
+		case <-a.full:
+		}
+		t.Reset(a.flushEvery)
+		select {
+		case <-ctx.Done():
 		case <-t.C:
 		case <-a.full:
 		}
+		t.Stop()
 		a.flush(flushCtx)
 	}
 }

@@ -130,10 +130,10 @@ func (r *results) print(w *os.File) {
 	for _, s := range r.Saturated {
 		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate, 100*s.OfLimit)
 	}
-	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\t")
+	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\t")
 	for _, s := range r.Steady {
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", s.Batch, s.Scanners,
-			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early)
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Batch, s.Scanners,
+			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing)
 	}
 	if len(r.Burst) > 0 {
 		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\t")
@@ -145,6 +145,9 @@ func (r *results) print(w *os.File) {
 	for _, b := range r.Burst {
 		for _, c := range b.SlowCommands {
 			fmt.Fprintf(tw, "  slow, k=%d: %s\t\t\n", b.Batch, c)
+		}
+		if b.Descheduled > 0 {
+			fmt.Fprintf(tw, "  k=%d: %d of the slow entries are O(1) commands (e.g. HGET): the Redis thread waited for a CPU\t\t\n", b.Batch, b.Descheduled)
 		}
 	}
 	if i := r.Idle; i != nil {
