@@ -8,11 +8,18 @@
 //  2. Take the next shard from the shared INCR cursor (balance.Cursor).
 //  3. Claim up to ClaimBatch messages; while claims come back full, claim
 //     again, up to VisitBudget claims per visit.
-//  4. For each message: decode, route (router), publish with confirm; then
-//     ack the confirmed ones in one call, dead-letter what can never be
-//     delivered (corrupt envelope, no route, missing exchange, returned by
-//     the broker), release what failed for now (due again after
-//     RetryDelay, as a redelivery).
+//  4. For each message: decode, route (router), take a place in the
+//     process's window of unconfirmed messages, publish, and hand it to the
+//     settlers; then claim again at once, without waiting for the confirm.
+//     Settler goroutines wait for each confirm: a confirmed message's lease
+//     goes to the ack batcher, which acks per shard, all shards in one
+//     pipelined round trip, every millisecond or 256 leases; a returned one
+//     is dead-lettered; one that failed for now (nack, connection lost,
+//     timeout) is released (due again after RetryDelay, as a redelivery).
+//     What can never be delivered (corrupt envelope, no route, missing
+//     exchange) is dead-lettered before publishing. When confirms slow down,
+//     the window fills and workers claim less: backpressure, not expired
+//     leases.
 //  5. When a whole round of the cursor found nothing, go idle: sleep on the
 //     process's due board until the earliest head this process knows falls
 //     due (one goroutine per process takes it). The enqueue and reschedule
