@@ -275,7 +275,7 @@ func (s *Scanner) Stop(ctx context.Context) error {
 
 // listen feeds wake-up notices to the board until ctx ends. go-redis
 // resubscribes by itself after a reconnect; a notice lost meanwhile makes a
-// message at most MaxIdleSleep late.
+// message late by at most the time the idle patrol needs to reach its shard.
 func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
 	defer sub.Close()
 	ch := sub.Channel()
@@ -487,14 +487,19 @@ func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause er
 	}
 }
 
-// rateLimited logs a repeating warning at most once per period, with the
-// number of occurrences it swallowed, so a loop that hits a down server
-// does not flood the log.
+// rateLimited logs each kind of repeating warning (by message) at most
+// once per period, with the number of occurrences it swallowed, so a loop
+// that hits a down server does not flood the log, and one kind does not
+// hide another.
 type rateLimited struct {
 	log   *zap.Logger
 	every time.Duration
 
-	mu         sync.Mutex
+	mu    sync.Mutex
+	kinds map[string]*limitState
+}
+
+type limitState struct {
 	last       time.Time
 	suppressed int
 }
@@ -504,14 +509,22 @@ func (r *rateLimited) warn(msg string, err error) {
 		return // shutting down: not an error
 	}
 	r.mu.Lock()
+	if r.kinds == nil {
+		r.kinds = map[string]*limitState{}
+	}
+	st := r.kinds[msg]
+	if st == nil {
+		st = &limitState{}
+		r.kinds[msg] = st
+	}
 	now := time.Now()
-	if now.Sub(r.last) < r.every {
-		r.suppressed++
+	if now.Sub(st.last) < r.every {
+		st.suppressed++
 		r.mu.Unlock()
 		return
 	}
-	n := r.suppressed
-	r.last, r.suppressed = now, 0
+	n := st.suppressed
+	st.last, st.suppressed = now, 0
 	r.mu.Unlock()
 	r.log.Warn(msg, zap.Error(err), zap.Int("suppressed_since_last", n))
 }
