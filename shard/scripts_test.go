@@ -519,3 +519,29 @@ func TestLayout(t *testing.T) {
 		t.Errorf("occupied: %v %v", occ, err)
 	}
 }
+
+func TestAckShardsSplitsAndSurvivesScriptFlush(t *testing.T) {
+	b := setup(t, 2)
+	var ids []string
+	for i := range 150 {
+		id := fmt.Sprintf("a%d", i)
+		ids = append(ids, id)
+		b.enqueue(t, id, 0)
+	}
+	leases := map[int][]shard.Lease{}
+	for _, c := range b.claimAll(t, 1000, time.Minute) {
+		leases[shard.Of(c.ID, 2)] = append(leases[shard.Of(c.ID, 2)], c.Lease)
+	}
+	if err := b.rdb.ScriptFlush(b.ctx).Err(); err != nil { // as after a Redis restart
+		t.Fatal(err)
+	}
+	n, err := b.store.AckShards(b.ctx, leases)
+	if err != nil || n != 150 {
+		t.Fatalf("AckShards = %d, %v; want 150", n, err)
+	}
+	for _, id := range ids {
+		if info, _ := b.prod.Inspect(b.ctx, id); info.State != shard.StateUnknown {
+			t.Fatalf("%s after ack: %s", id, info.State)
+		}
+	}
+}

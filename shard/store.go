@@ -134,34 +134,51 @@ func (s *Store) Ack(ctx context.Context, i int, leases ...Lease) (int, error) {
 	return n, nil
 }
 
+// MaxAckBatch is the most leases one ack script call settles, so that no
+// call runs long; AckShards splits larger batches.
+const MaxAckBatch = 64
+
 // AckShards acks the leases of several shards in one pipelined round trip
-// (one ack script per shard) and returns how many were still held. On
-// error, some shards may have been acked; the rest will be delivered again.
+// (one ack script call per shard and per MaxAckBatch leases) and returns
+// how many were still held. On error, some may have been acked; the rest
+// will be delivered again.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, error) {
 	total := 0
+	type call struct {
+		shard int
+		ls    []Lease
+		cmd   *redis.Cmd
+	}
 	for attempt := 0; attempt < 2; attempt++ {
-		cmds := make(map[int]*redis.Cmd, len(leases))
+		var calls []call
+		for i, ls := range leases {
+			for len(ls) > 0 {
+				n := min(len(ls), MaxAckBatch)
+				calls = append(calls, call{shard: i, ls: ls[:n]})
+				ls = ls[n:]
+			}
+		}
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, ls := range leases {
-				ks := ShardKeys(s.ns, i)
-				args := make([]any, 0, 2*len(ls))
-				for _, l := range ls {
+			for j := range calls {
+				ks := ShardKeys(s.ns, calls[j].shard)
+				args := make([]any, 0, 2*len(calls[j].ls))
+				for _, l := range calls[j].ls {
 					args = append(args, l.ID, l.Token)
 				}
-				cmds[i] = ackScript.EvalSha(ctx, p, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...)
+				calls[j].cmd = ackScript.EvalSha(ctx, p, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...)
 			}
 			return nil
 		})
 		retry := map[int][]Lease{}
 		var firstErr error
-		for i, c := range cmds {
-			n, err := c.Int()
+		for _, c := range calls {
+			n, err := c.cmd.Int()
 			switch {
 			case isNoScript(err):
-				retry[i] = leases[i]
+				retry[c.shard] = append(retry[c.shard], c.ls...)
 			case err != nil:
 				if firstErr == nil {
-					firstErr = fmt.Errorf("ack %d messages of shard %d: %w", len(leases[i]), i, err)
+					firstErr = fmt.Errorf("ack %d messages of shard %d: %w", len(c.ls), c.shard, err)
 				}
 			default:
 				total += n
