@@ -37,7 +37,7 @@ start=$(date +%s)
 go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
 rc=$?
 # Package results and the lines that report lateness, kills and duplicates.
-grep -E '^(ok|FAIL|panic:)|^\s+[a-z_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates|drained|delivered,|change seen)' "$log"
+grep -E '^(ok|FAIL|panic:)|^\s+[a-z0-9_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates|drained|delivered,|change seen)' "$log"
 if [ $rc -ne 0 ]; then
   echo "== failures"
   grep -nE -- '--- FAIL|^panic:|DATA RACE|\[build failed\]|cannot|undefined' "$log" | head -50
