@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -120,6 +121,8 @@ type Deps struct {
 	Publisher Publisher
 	Log       *zap.Logger
 	Now       func() time.Time // default time.Now
+	// Metrics, when set, are updated as messages move (NewMetrics).
+	Metrics *Metrics
 }
 
 // Counts are a scanner's running totals.
@@ -176,6 +179,9 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics(prometheus.NewRegistry()) // counted, not exported
 	}
 	log := d.Log.Named("scanner")
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second},
@@ -370,10 +376,13 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int) (int, error) {
 		if claimCtx.Err() != nil {
 			break
 		}
+		start := time.Now()
 		res, err := s.d.Store.Claim(workCtx, i, s.cfg.ClaimBatch, s.cfg.Lease)
 		if err != nil {
 			return total, err
 		}
+		s.d.Metrics.ClaimTime.Observe(time.Since(start).Seconds())
+		s.d.Metrics.Claimed.Add(float64(len(res.Msgs)))
 		s.board.observe(i, res.HeadMs, res.NowMs)
 		s.reaped.Add(int64(res.Reaped))
 		if len(res.Msgs) == 0 {
@@ -401,10 +410,10 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 	defer cancel()
 	for j := range msgs {
 		c := &msgs[j]
-		m, reason, err := s.prepare(pctx, c)
+		m, dead, err := s.prepare(pctx, c)
 		switch {
-		case reason != "":
-			s.deadLetter(ctx, i, c, reason)
+		case dead != nil:
+			s.deadLetter(ctx, i, c, *dead)
 			continue
 		case err != nil:
 			s.release(ctx, i, c, err)
@@ -422,30 +431,34 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 			s.release(ctx, i, c, err)
 			continue
 		}
-		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline}
+		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now()}
 	}
 }
 
-// prepare turns a claimed message into a publish. A non-empty reason means
-// it can never be published (dead-letter); an error means not now (release).
-func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Message, string, error) {
+// deadReason says why a message can never be delivered: a metric label
+// and the text stored with the message.
+type deadReason struct{ label, text string }
+
+// prepare turns a claimed message into a publish. A non-nil dead means it
+// can never be published (dead-letter); an error means not now (release).
+func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Message, *deadReason, error) {
 	if c.Envelope == nil {
-		return publisher.Message{}, "envelope missing from the msg hash", nil
+		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash"}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
-		return publisher.Message{}, err.Error(), nil
+		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error()}, nil
 	}
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
-		return publisher.Message{}, err.Error(), nil
+		return publisher.Message{}, &deadReason{ReasonNoRoute, err.Error()}, nil
 	}
 	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
 	if err != nil {
-		return publisher.Message{}, "", err
+		return publisher.Message{}, nil, err
 	}
 	if !ok {
-		return publisher.Message{}, fmt.Sprintf("exchange %q not found", dest.Exchange), nil
+		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange)}, nil
 	}
 	h := make(amqp.Table, len(env.Headers)+2)
 	for _, kv := range env.Headers {
@@ -456,19 +469,20 @@ func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Mess
 	return publisher.Message{
 		Exchange: dest.Exchange, RoutingKey: dest.RoutingKey, MessageID: c.ID,
 		ContentType: env.ContentType, Headers: h, Body: env.Body, Timestamp: s.d.Now(),
-	}, "", nil
+	}, nil, nil
 }
 
-func (s *Scanner) deadLetter(ctx context.Context, i int, c *shard.Claimed, reason string) {
-	ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, reason)
+func (s *Scanner) deadLetter(ctx context.Context, i int, c *shard.Claimed, why deadReason) {
+	ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, why.text)
 	if err != nil {
 		s.errLog.warn("dead-letter; the message stays leased and will be retried", err)
 		return
 	}
 	if ok {
 		s.dead.Add(1)
+		s.d.Metrics.Dead.WithLabelValues(why.label).Inc()
 		s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
-			zap.Int("attempt", c.Attempt), zap.String("reason", reason))
+			zap.Int("attempt", c.Attempt), zap.String("reason", why.text))
 	}
 }
 
@@ -483,6 +497,7 @@ func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause er
 	}
 	if ok {
 		s.released.Add(1)
+		s.d.Metrics.Released.Inc()
 		s.errLog.warn("publish failed; message released for a retry", fmt.Errorf("%s: %w", c.ID, cause))
 	}
 }

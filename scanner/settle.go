@@ -12,10 +12,11 @@ import (
 
 // sent is a published message waiting for the broker's confirm.
 type sent struct {
-	shard    int
-	c        shard.Claimed
-	confirm  *publisher.Confirm
-	deadline time.Time // publish + confirm must be done by then, else release
+	shard     int
+	c         shard.Claimed
+	confirm   *publisher.Confirm
+	deadline  time.Time // publish + confirm must be done by then, else release
+	published time.Time
 }
 
 // settle waits for confirms and settles each message: ack (batched) on
@@ -29,12 +30,18 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 		cancel()
 		switch {
 		case err == nil:
+			now := time.Now()
+			s.published.Add(1)
+			s.d.Metrics.Published.Inc()
+			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
+			s.d.Metrics.Lateness.Observe(max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds()))
 			if m.c.Attempt > 1 {
 				s.redelivered.Add(1)
+				s.d.Metrics.Redelivered.Inc()
 			}
 			s.acks.add(m.shard, m.c.Lease)
 		case errors.Is(err, publisher.ErrReturned):
-			s.deadLetter(ctx, m.shard, &m.c, err.Error())
+			s.deadLetter(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error()})
 		default:
 			s.release(ctx, m.shard, &m.c, err)
 		}
@@ -130,6 +137,5 @@ func (a *ackBatcher) flush(ctx context.Context) {
 	if err != nil {
 		a.s.errLog.warn("ack after confirm; the messages will be delivered again", err)
 	}
-	a.s.published.Add(int64(n))
 	a.s.lostLeases.Add(int64(n - acked))
 }

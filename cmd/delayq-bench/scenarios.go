@@ -410,7 +410,7 @@ func (b *bench) startFleet(ns string, n, k, m int, extraEnv ...string) (*fleet, 
 		cmd := exec.Command(b.c.delayq, "scan")
 		cmd.Env = append(os.Environ(), "DELAYQ_REDIS_ADDRS="+b.rs.Addr, "DELAYQ_AMQP_URL="+b.rabbit.URL,
 			"DELAYQ_NAMESPACE="+ns, fmt.Sprintf("DELAYQ_SHARDS=%d", m), fmt.Sprintf("DELAYQ_CLAIM_BATCH=%d", k),
-			fmt.Sprintf("DELAYQ_GOROUTINES=%d", b.c.goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console")
+			fmt.Sprintf("DELAYQ_GOROUTINES=%d", b.c.goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console", "DELAYQ_METRICS_ADDR=off")
 		cmd.Env = append(cmd.Env, extraEnv...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

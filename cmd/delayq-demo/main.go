@@ -114,7 +114,7 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int, withCo
 	env := append(os.Environ(),
 		"DELAYQ_REDIS_ADDRS="+rs.Addr, "DELAYQ_AMQP_URL="+rabbit.URL, "DELAYQ_NAMESPACE=demo",
 		fmt.Sprintf("DELAYQ_SHARDS=%d", m), "DELAYQ_ROUTES_FILE="+routes, "DELAYQ_GOROUTINES=8",
-		"DELAYQ_LOG_FORMAT=console", "DELAYQ_LOG_LEVEL=warn")
+		"DELAYQ_LOG_FORMAT=console", "DELAYQ_LOG_LEVEL=warn", "DELAYQ_METRICS_ADDR=off")
 	if cs != nil {
 		env = append(env, "DELAYQ_CONSUL_ADDR="+cs.Addr)
 	}

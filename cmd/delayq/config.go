@@ -42,6 +42,7 @@ type Config struct {
 	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
+	MetricsAddr     string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
 }

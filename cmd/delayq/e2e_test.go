@@ -160,15 +160,22 @@ func (w *world) delayq(stdin string, args ...string) (stdout, stderr string, cod
 
 // proc is a running `delayq scan`.
 type proc struct {
-	cmd  *exec.Cmd
-	log  *lockedWriter
-	done chan error
+	cmd     *exec.Cmd
+	log     *lockedWriter
+	done    chan error
+	metrics string // host:port of its /metrics, /healthz, /readyz
 }
 
 func (w *world) scan(extraEnv ...string) *proc {
+	port, err := shardtest.FreePort()
+	if err != nil {
+		w.t.Fatal(err)
+	}
 	cmd := exec.Command(bin, "scan")
-	cmd.Env = append(append([]string{}, w.env...), extraEnv...)
-	p := &proc{cmd: cmd, log: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan error, 1)}
+	metrics := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_METRICS_ADDR="+metrics)
+	cmd.Env = append(cmd.Env, extraEnv...)
+	p := &proc{cmd: cmd, log: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan error, 1), metrics: metrics}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)

@@ -270,9 +270,21 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return e.fail("scan", err)
 	}
 	defer stopLayout()
+	var ops *opsServer
+	var metrics *scanner.Metrics
+	if c.MetricsAddr != "off" {
+		if ops, metrics, err = newOps(c.MetricsAddr, rdb, st, layout, pub, e.log); err != nil {
+			return e.fail("scan", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = ops.Close(cctx)
+		}()
+	}
 	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
-		Routes: routes, Publisher: pub, Log: e.log,
+		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics,
 	})
 	if err != nil {
 		return e.fail("scan", err)
@@ -286,12 +298,18 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			e.log.Error("not registered in consul; scanning anyway", zap.Error(err))
 		}
 	}
+	if ops != nil {
+		ops.Serve()
+	}
 	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
 		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
 	<-ctx.Done()
 	// Shutdown order: settle in-flight messages, leave the fleet, then the
 	// deferred closes: layout and Consul watch, publisher, Redis.
 	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
+	if ops != nil {
+		ops.Stopping() // readiness fails first, so the load balancer looks elsewhere
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
 	if err := sc.Stop(sctx); err != nil {

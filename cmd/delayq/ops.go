@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+)
+
+// opsServer serves /metrics, /healthz and /readyz for a scanner.
+type opsServer struct {
+	srv      *http.Server
+	ln       net.Listener
+	stopping atomic.Bool
+	log      *zap.Logger
+}
+
+// newOps binds the listener at once (so a taken port is a startup error)
+// and registers the metrics; Serve starts answering.
+func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout balance.Source, pub *publisher.Publisher,
+	log *zap.Logger) (*opsServer, *scanner.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := scanner.NewMetrics(reg)
+	reg.MustRegister(scanner.NewShardCollector(st, layout))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "delayq", Name: "amqp_ready",
+		Help: "1 while connected to RabbitMQ and not blocked by a resource alarm."}, func() float64 {
+		if pub.Ready() {
+			return 1
+		}
+		return 0
+	}))
+	o := &opsServer{log: log.Named("ops")}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(o.log)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		var problems []string
+		if o.stopping.Load() {
+			problems = append(problems, "shutting down")
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			problems = append(problems, "redis: "+err.Error())
+		}
+		if !pub.Ready() {
+			problems = append(problems, "amqp: not connected or blocked")
+		}
+		if _, err := layout.ShardCount(); err != nil {
+			problems = append(problems, "shard count: "+err.Error())
+		}
+		if len(problems) > 0 {
+			http.Error(w, "not ready: "+strings.Join(problems, "; "), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s_METRICS_ADDR: %w", envPrefix, err)
+	}
+	o.ln = ln
+	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return o, metrics, nil
+}
+
+// Serve answers requests in a goroutine until Close.
+func (o *opsServer) Serve() {
+	go func() {
+		if err := o.srv.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.log.Error("metrics listener stopped", zap.Error(err))
+		}
+	}()
+	o.log.Info("serving /metrics, /healthz, /readyz", zap.String("addr", o.ln.Addr().String()))
+}
+
+// Stopping makes /readyz answer 503 from now on.
+func (o *opsServer) Stopping() { o.stopping.Store(true) }
+
+// Close stops the listener.
+func (o *opsServer) Close(ctx context.Context) error { return o.srv.Shutdown(ctx) }

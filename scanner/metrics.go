@@ -1,0 +1,131 @@
+package scanner
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+// Metrics are a scanner's Prometheus metrics. Cardinality is bounded: the
+// only label beyond fixed enumerations is shard, below the high-water mark.
+type Metrics struct {
+	Claimed     prometheus.Counter
+	Published   prometheus.Counter
+	Redelivered prometheus.Counter
+	Released    prometheus.Counter
+	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned
+	Lateness    prometheus.Histogram   // confirm time - due time
+	ClaimTime   prometheus.Histogram
+	ConfirmTime prometheus.Histogram // publish to confirm
+}
+
+// Dead-letter reasons, the values of the reason label.
+const (
+	ReasonCorrupt         = "corrupt"
+	ReasonNoRoute         = "no_route"
+	ReasonExchangeMissing = "exchange_missing"
+	ReasonReturned        = "returned"
+)
+
+// NewMetrics creates the scanner's metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	latency := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "delayq", Name: name, Help: help, Buckets: buckets})
+	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "delayq", Name: name, Help: help})
+	}
+	m := &Metrics{
+		Claimed:     counter("messages_claimed_total", "Messages claimed from Redis."),
+		Published:   counter("messages_published_total", "Messages confirmed by the broker."),
+		Redelivered: counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
+		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
+		Dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "messages_dead_total",
+			Help: "Messages moved to the dead set, by reason."}, []string{"reason"}),
+		// 1 ms to 1 h.
+		Lateness: latency("dispatch_lateness_seconds", "Broker confirm time minus due time.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
+		ClaimTime: latency("claim_duration_seconds", "Duration of one claim script call.",
+			prometheus.ExponentialBuckets(.0001, 2.5, 12)),
+		ConfirmTime: latency("publish_confirm_seconds", "Time from publish to the broker's confirm.",
+			prometheus.ExponentialBuckets(.0001, 2.5, 14)),
+	}
+	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned} {
+		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
+	}
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Dead, m.Lateness, m.ClaimTime, m.ConfirmTime)
+	return m
+}
+
+// ShardCollector exports per-shard gauges (scheduled, due now, in flight,
+// dead, oldest overdue) and the layout (M, high-water mark), read from
+// Redis at scrape time in one pipeline.
+type ShardCollector struct {
+	store   *shard.Store
+	layout  balance.Source
+	timeout time.Duration
+
+	scheduled, dueNow, inFlight, dead, overdue, m, hwm, up *prometheus.Desc
+}
+
+// NewShardCollector returns a collector over the shards layout covers.
+func NewShardCollector(store *shard.Store, layout balance.Source) *ShardCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delayq_"+name, help, labels, nil)
+	}
+	return &ShardCollector{
+		store: store, layout: layout, timeout: 5 * time.Second,
+		scheduled: d("shard_scheduled", "Messages scheduled in the shard, due or not.", "shard"),
+		dueNow:    d("shard_due", "Messages due and not yet claimed: the backlog.", "shard"),
+		inFlight:  d("shard_in_flight", "Messages claimed and not yet acked.", "shard"),
+		dead:      d("shard_dead", "Messages in the shard's dead set.", "shard"),
+		overdue:   d("shard_oldest_overdue_seconds", "How long the earliest due message has waited.", "shard"),
+		m:         d("shards", "M, the number of shards new messages hash onto."),
+		hwm:       d("shards_high_water", "Shards the scanners cover (at least M)."),
+		up:        d("shard_stats_up", "1 if the last read of the shard counts from Redis succeeded."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *ShardCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.scheduled, c.dueNow, c.inFlight, c.dead, c.overdue, c.m, c.hwm, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if m, err := c.layout.ShardCount(); err == nil {
+		gauge(c.m, float64(m))
+	}
+	hw, err := c.layout.HighWater()
+	if err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.hwm, float64(hw))
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	stats, err := c.store.Stats(ctx, hw)
+	if err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.up, 1)
+	for _, s := range stats {
+		l := strconv.Itoa(s.Shard)
+		gauge(c.scheduled, float64(s.Scheduled), l)
+		gauge(c.dueNow, float64(s.DueNow), l)
+		gauge(c.inFlight, float64(s.InFlight), l)
+		gauge(c.dead, float64(s.Dead), l)
+		gauge(c.overdue, s.OldestOverdue().Seconds(), l)
+	}
+}
