@@ -271,8 +271,40 @@ redis.call('HSET', KEYS[1], 'hwm', ARGV[2])
 return 1
 `)
 
+// redriveScript sends a dead message again: it becomes due now.
+//
+//	KEYS[1] dead ZSET   KEYS[2] reason HASH   KEYS[3] due ZSET
+//	ARGV[1] id   ARGV[2] wake channel   ARGV[3] shard index
+//
+// Returns 1 when redriven, 0 when the id is not dead in this shard. The
+// attempt count is kept. Complexity: O(log N).
+var redriveScript = redis.NewScript(nowMs + wakeIfHead + `
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+wake_if_head(KEYS[3], ARGV[1], now, 2)
+return 1
+`)
+
+// purgeScript deletes a dead message for good.
+//
+//	KEYS[1] dead ZSET   KEYS[2] reason HASH   KEYS[3] msg HASH   KEYS[4] attempts HASH
+//	ARGV[1] id
+//
+// Returns 1 when purged, 0 when the id is not dead in this shard.
+// Complexity: O(log N).
+var purgeScript = redis.NewScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+return 1
+`)
+
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
+	redriveScript, purgeScript,
 }

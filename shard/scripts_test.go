@@ -545,3 +545,52 @@ func TestAckShardsSplitsAndSurvivesScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+func TestDeadListRedrivePurge(t *testing.T) {
+	b := setup(t, 2)
+	for _, id := range []string{"d1", "d2", "d3"} {
+		b.enqueue(t, id, 0)
+	}
+	for _, c := range b.claimAll(t, 10, time.Minute) {
+		if ok, err := b.store.DeadLetter(b.ctx, shard.Of(c.ID, 2), c.Lease, "no route for "+c.ID); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	list, err := b.store.DeadList(b.ctx, 2, 10)
+	if err != nil || len(list) != 3 {
+		t.Fatalf("dead list %+v, %v", list, err)
+	}
+	for _, d := range list {
+		if d.Reason != "no route for "+d.ID || d.Shard != shard.Of(d.ID, 2) || d.Since.IsZero() {
+			t.Errorf("dead entry %+v", d)
+		}
+	}
+	if l, _ := b.store.DeadList(b.ctx, 2, 2); len(l) != 2 {
+		t.Errorf("limit 2 gave %d", len(l))
+	}
+	if err := b.prod.Redrive(b.ctx, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.prod.Redrive(b.ctx, "d1"); !errors.Is(err, shard.ErrNotFound) {
+		t.Errorf("redrive twice: %v", err)
+	}
+	got := b.claimAll(t, 10, time.Minute)
+	if len(got) != 1 || got[0].ID != "d1" || got[0].Attempt != 1 {
+		t.Fatalf("after redrive, claimed %+v", got)
+	}
+	if err := b.prod.Purge(b.ctx, "d2"); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "d2"); info.State != shard.StateUnknown {
+		t.Errorf("purged message is %s", info.State)
+	}
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "d2", Topic: "t"}); err != nil {
+		t.Errorf("id not reusable after purge: %v", err)
+	}
+	if err := b.prod.Purge(b.ctx, "d1"); !errors.Is(err, shard.ErrNotFound) {
+		t.Errorf("purge of an in-flight message: %v", err)
+	}
+	if ids, _ := b.store.DeadIDs(b.ctx, shard.Of("d3", 2), 10); len(ids) != 1 || ids[0] != "d3" {
+		t.Errorf("dead ids %v", ids)
+	}
+}

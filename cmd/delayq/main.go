@@ -54,6 +54,7 @@ var commands = []command{
 	{"inspect", "ID", "show where a message is", runInspect},
 	{"stats", "[--json]", "per-shard counts", runStats},
 	{"shards", "[set M]", "show M, its source and the high-water mark; set M in Consul", runShards},
+	{"dead", "list [--limit N] | show ID | redrive ID...|--all | purge ID...|--all", "see why messages are dead; send them again or delete them", runDead},
 }
 
 // env is what a command runs with.
@@ -127,6 +128,9 @@ func flagsOf(name string) *flag.FlagSet {
 		return fs
 	case "stats", "shards":
 		fs, _ := statsFlags()
+		return fs
+	case "dead":
+		fs, _, _ := deadListFlags()
 		return fs
 	case "inspect":
 		fs, _ := inspectFlags()

@@ -1,0 +1,103 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Dead is one message in a dead set.
+type Dead struct {
+	ID     string
+	Shard  int
+	Since  time.Time
+	Reason string
+}
+
+// DeadList returns up to limit dead messages of shards [0, shards), oldest
+// first, with their reasons (two pipelined round trips).
+func (s *Store) DeadList(ctx context.Context, shards, limit int) ([]Dead, error) {
+	ranges := make([]*redis.ZSliceCmd, shards)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range ranges {
+			ranges[i] = p.ZRangeWithScores(ctx, ShardKeys(s.ns, i).Dead, 0, int64(limit-1))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("list dead messages: %w", err)
+	}
+	var out []Dead
+	for i, r := range ranges {
+		for _, z := range r.Val() {
+			id, _ := z.Member.(string)
+			out = append(out, Dead{ID: id, Shard: i, Since: time.UnixMilli(int64(z.Score))})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Since.Before(out[b].Since) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	reasons := make([]*redis.StringCmd, len(out))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for j, d := range out {
+			reasons[j] = p.HGet(ctx, ShardKeys(s.ns, d.Shard).Reason, d.ID)
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("read dead reasons: %w", err)
+	}
+	for j := range out {
+		out[j].Reason = reasons[j].Val()
+	}
+	return out, nil
+}
+
+// DeadIDs returns up to n ids of shard i's dead set, oldest first.
+func (s *Store) DeadIDs(ctx context.Context, i, n int) ([]string, error) {
+	ids, err := s.rdb.ZRange(ctx, ShardKeys(s.ns, i).Dead, 0, int64(n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list dead messages of shard %d: %w", i, err)
+	}
+	return ids, nil
+}
+
+// Redrive makes a dead message of shard i due now. It returns ErrNotFound
+// when the id is not dead there.
+func (s *Store) Redrive(ctx context.Context, i int, id string) error {
+	ks := ShardKeys(s.ns, i)
+	n, err := redriveScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Due}, id, s.wake, i).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redrive %q in shard %d: %w", id, i, err)
+	case n == 0:
+		return fmt.Errorf("redrive %q: not dead: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Purge deletes a dead message of shard i. It returns ErrNotFound when the
+// id is not dead there.
+func (s *Store) Purge(ctx context.Context, i int, id string) error {
+	ks := ShardKeys(s.ns, i)
+	n, err := purgeScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Msg, ks.Attempts}, id).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("purge %q in shard %d: %w", id, i, err)
+	case n == 0:
+		return fmt.Errorf("purge %q: not dead: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// Redrive sends a dead message again, due now, in whichever shard it is.
+func (p *Producer) Redrive(ctx context.Context, id string) error {
+	return p.elsewhere(ctx, id, func(i int) error { return p.store.Redrive(ctx, i, id) })
+}
+
+// Purge deletes a dead message for good, in whichever shard it is.
+func (p *Producer) Purge(ctx context.Context, id string) error {
+	return p.elsewhere(ctx, id, func(i int) error { return p.store.Purge(ctx, i, id) })
+}
