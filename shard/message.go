@@ -23,6 +23,9 @@ var (
 	// ErrInvalid: the input breaks a rule; the error is an *InvalidError that
 	// names the field.
 	ErrInvalid = errors.New("invalid message")
+	// ErrCapacity: the namespace holds its limit of pending messages
+	// (ProducerOptions.MaxPending); nothing was written. Retry later.
+	ErrCapacity = errors.New("namespace at capacity")
 )
 
 // InvalidError says which field of a message is wrong and why. It matches

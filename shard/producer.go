@@ -31,21 +31,29 @@ type ProducerOptions struct {
 	// Now is the producer's clock, used only for the informational enqueue
 	// time in the envelope (due times come from Redis). Default time.Now.
 	Now func() time.Time
+	// MaxPending limits the messages a namespace holds (scheduled and in
+	// flight); past it Enqueue returns ErrCapacity instead of letting Redis
+	// run out of memory. Each shard enforces its share, ceil(MaxPending/M),
+	// inside the enqueue script, so there is no namespace-wide counter to
+	// contend on; the namespace may hold slightly less than MaxPending when
+	// ids spread unevenly. 0 = no limit (default).
+	MaxPending int
 }
 
 // Producer is the SDK: it schedules, cancels, reschedules and inspects
 // messages. It is safe for concurrent use.
 type Producer struct {
-	store   *Store
-	shards  ShardCounter
-	maxBody int
-	now     func() time.Time
+	store      *Store
+	shards     ShardCounter
+	maxBody    int
+	maxPending int
+	now        func() time.Time
 }
 
 // NewProducer returns a Producer writing through store, hashing ids onto
 // shards.ShardCount() shards.
 func NewProducer(store *Store, shards ShardCounter, opts ProducerOptions) *Producer {
-	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, now: opts.Now}
+	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, maxPending: max(0, opts.MaxPending), now: opts.Now}
 	if p.maxBody <= 0 {
 		p.maxBody = DefaultMaxBody
 	}
@@ -79,7 +87,7 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
-	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert)
+	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
 	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
@@ -88,10 +96,11 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 }
 
 type prepared struct {
-	shard int
-	env   []byte
-	mode  string
-	ms    int64
+	shard    int
+	shardCap int // this shard's share of MaxPending, 0 = none
+	env      []byte
+	mode     string
+	ms       int64
 }
 
 func (p *Producer) prepare(m *Message) (prepared, error) {
@@ -107,7 +116,11 @@ func (p *Producer) prepare(m *Message) (prepared, error) {
 	if err != nil {
 		return prepared{}, fmt.Errorf("shard count: %w", err)
 	}
-	return prepared{shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}, nil
+	pm := prepared{shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}
+	if p.maxPending > 0 {
+		pm.shardCap = (p.maxPending + n - 1) / n
+	}
+	return pm, nil
 }
 
 // BatchResult is the outcome of one message of EnqueueBatch.
@@ -147,7 +160,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		// is looked at below instead.
 		_, _ = p.store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for j, i := range todo {
-				keys, args := p.store.enqueueArgs(preps[i].shard, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms, false)
+				keys, args := p.store.enqueueArgs(preps[i].shard, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms, false, preps[i].shardCap)
 				cmds[j] = enqueueScript.EvalSha(ctx, pl, keys, args...)
 			}
 			return nil

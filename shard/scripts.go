@@ -34,9 +34,11 @@ end
 //	ARGV[4] delay ms (added to Redis TIME) or absolute due ms
 //	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
 //	ARGV[6] wake channel   ARGV[7] shard index
+//	ARGV[8] most messages this shard may hold (scheduled + in flight), 0 = no limit
 //
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
-// (nothing written), -1 in flight (upsert refused, nothing written).
+// (nothing written), -1 in flight (upsert refused, nothing written), -2
+// shard full (nothing written).
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
 // the shard's head.
 // Complexity: O(log N).
@@ -52,6 +54,9 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
   redis.call('ZREM', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id)
   status = 2
+else
+  local cap = tonumber(ARGV[8])
+  if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) >= cap then return {-2, 0} end
 end
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('ZADD', KEYS[1], due, id)

@@ -594,3 +594,46 @@ func TestDeadListRedrivePurge(t *testing.T) {
 		t.Errorf("dead ids %v", ids)
 	}
 }
+
+func TestCapacity(t *testing.T) {
+	b := setup(t, 4)
+	prod := shard.NewProducer(b.store, fixed(4), shard.ProducerOptions{MaxPending: 40}) // 10 per shard
+	accepted, full := 0, 0
+	for i := range 100 {
+		_, err := prod.Enqueue(b.ctx, shard.Message{ID: fmt.Sprintf("c%d", i), Topic: "t", Delay: time.Hour})
+		switch {
+		case err == nil:
+			accepted++
+		case errors.Is(err, shard.ErrCapacity):
+			full++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if accepted != 40 || full != 60 {
+		t.Fatalf("accepted %d, refused %d; want 40 and 60", accepted, full)
+	}
+	// Replacing a message does not grow the shard: allowed at capacity.
+	if _, err := prod.Upsert(b.ctx, shard.Message{ID: "c0", Topic: "t", Delay: time.Hour}); err != nil {
+		t.Errorf("upsert at capacity: %v", err)
+	}
+	// In-flight messages count; delivering them makes room.
+	res, err := prod.EnqueueBatch(b.ctx, []shard.Message{{ID: "late", Topic: "t"}})
+	if err != nil || !errors.Is(res[0].Err, shard.ErrCapacity) {
+		t.Fatalf("batch at capacity: %+v %v", res, err)
+	}
+	if err := prod.Cancel(b.ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	i := shard.Of("c1", 4)
+	for j := 0; ; j++ { // an id in c1's shard now fits
+		id := fmt.Sprintf("x%d", j)
+		if shard.Of(id, 4) != i {
+			continue
+		}
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: time.Hour}); err != nil {
+			t.Fatalf("after a cancel the shard should have room: %v", err)
+		}
+		break
+	}
+}

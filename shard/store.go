@@ -220,14 +220,14 @@ func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (
 }
 
 // enqueueArgs are the enqueue script's KEYS and ARGV for one message.
-func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64, upsert bool) ([]string, []any) {
+func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64, upsert bool, shardCap int) ([]string, []any) {
 	ks := ShardKeys(s.ns, i)
 	up := "0"
 	if upsert {
 		up = "1"
 	}
 	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
-		[]any{id, env, mode, ms, up, s.wake, i}
+		[]any{id, env, mode, ms, up, s.wake, i, shardCap}
 }
 
 // enqueueStatus maps the enqueue script's reply to (due, error).
@@ -250,6 +250,8 @@ func enqueueStatus(v []any, err error) (int64, error) {
 		return 0, ErrDuplicate
 	case -1:
 		return 0, ErrInFlight
+	case -2:
+		return 0, ErrCapacity
 	}
 	return 0, fmt.Errorf("unexpected enqueue status %d", status)
 }

@@ -39,6 +39,7 @@ type Config struct {
 	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
 	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxBody         int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
+	MaxPending      int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
@@ -65,6 +66,9 @@ func (c Config) validate() error {
 	}
 	if _, err := balance.NewStatic(c.Shards); err != nil {
 		return fmt.Errorf("%s_SHARDS: %w", envPrefix, err)
+	}
+	if c.MaxPending < 0 {
+		return fmt.Errorf("%s_MAX_PENDING: %d, want 0 (no limit) or more", envPrefix, c.MaxPending)
 	}
 	if c.MaxBody < 1 {
 		return fmt.Errorf("%s_MAX_BODY: %d, want at least 1", envPrefix, c.MaxBody)

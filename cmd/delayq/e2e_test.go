@@ -556,3 +556,16 @@ func TestDeadRedrive(t *testing.T) {
 		t.Errorf("redrive without ids: %d %s", code, e)
 	}
 }
+
+func TestCapacityLimit(t *testing.T) {
+	w := newWorld(t, 2, "DELAYQ_MAX_PENDING=10")
+	in, _ := w.jsonl(30, time.Hour, "cap")
+	out, errOut, code := w.delayq(in, "enqueue", "-f", "-")
+	if code != 1 || !strings.Contains(out, "enqueued 10,") || !strings.Contains(out, "refused at capacity 20") ||
+		!strings.Contains(errOut, "namespace at capacity") {
+		t.Fatalf("code %d\n%s\n%s", code, out, errOut)
+	}
+	if _, e, code := w.delayq("", "enqueue", "--id", "one-more", "--topic", "t", "--delay", "1h"); code != 1 || !strings.Contains(e, "capacity") {
+		t.Errorf("single enqueue at capacity: %d %s", code, e)
+	}
+}

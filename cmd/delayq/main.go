@@ -225,7 +225,7 @@ func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 		_ = rdb.Close()
 		return nil, nil, err
 	}
-	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
+	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending})
 	return p, func() { stop(); _ = rdb.Close() }, nil
 }
 
@@ -441,7 +441,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	defer done()
-	var enqueued, duplicates, rejected, failed int
+	var enqueued, duplicates, rejected, full, failed int
 	var msgs []shard.Message
 	var lines []int
 	flush := func() error {
@@ -459,6 +459,9 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 			case errors.Is(r.Err, shard.ErrInvalid):
 				rejected++
 				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
+			case errors.Is(r.Err, shard.ErrCapacity):
+				full++
+				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
 			default: // Redis failed: not the line's fault; err says why
 				failed++
 			}
@@ -468,6 +471,9 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 	}
 	summary := func() {
 		fmt.Fprintf(e.stdout, "enqueued %d, duplicates %d, rejected %d", enqueued, duplicates, rejected)
+		if full > 0 {
+			fmt.Fprintf(e.stdout, ", refused at capacity %d", full)
+		}
 		if failed > 0 {
 			fmt.Fprintf(e.stdout, ", not enqueued because Redis failed %d", failed)
 		}
@@ -503,7 +509,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	summary()
-	if rejected > 0 {
+	if rejected > 0 || full > 0 {
 		return exitFail
 	}
 	return exitOK
