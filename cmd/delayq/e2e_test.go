@@ -569,3 +569,33 @@ func TestCapacityLimit(t *testing.T) {
 		t.Errorf("single enqueue at capacity: %d %s", code, e)
 	}
 }
+
+// TestStatsWatchAndQuietProgress: stats --watch --json streams one object
+// per refresh until interrupted; enqueue -f draws no progress when piped.
+func TestStatsWatchAndQuietProgress(t *testing.T) {
+	w := newWorld(t, 2)
+	in, _ := w.jsonl(50, time.Hour, "w")
+	_, errOut, code := w.delayq(in, "enqueue", "-f", "-")
+	if code != 0 || strings.ContainsAny(errOut, "\r\033") {
+		t.Fatalf("enqueue piped: code %d, stderr %q", code, errOut)
+	}
+	cmd := exec.Command(bin, "stats", "--watch", "--json", "--interval", "100ms")
+	cmd.Env = w.env
+	out := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stdout = out
+	must(t, cmd.Start())
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 },
+		func() string { return "fewer than 3 refreshes: " + out.String() })
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("stats --watch after SIGINT: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var v struct {
+			Total struct{ Scheduled int64 } `json:"total"`
+		}
+		if err := json.Unmarshal([]byte(line), &v); err != nil || v.Total.Scheduled != 50 {
+			t.Errorf("watch line %q: %v", line, err)
+		}
+	}
+}

@@ -52,7 +52,7 @@ var commands = []command{
 	{"cancel", "ID...", "cancel scheduled messages", runCancel},
 	{"reschedule", "ID (--delay D | --at T)", "move a scheduled message", runReschedule},
 	{"inspect", "ID", "show where a message is", runInspect},
-	{"stats", "[--json]", "per-shard counts", runStats},
+	{"stats", "[--json] [--watch [--interval D]]", "per-shard counts", runStats},
 	{"shards", "[set M]", "show M, its source and the high-water mark; set M in Consul", runShards},
 	{"dead", "list [--limit N] | show ID | redrive ID...|--all | purge ID...|--all", "see why messages are dead; send them again or delete them", runDead},
 }
@@ -428,13 +428,24 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 // reported with their number and skipped; the rest are enqueued.
 func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 	var r io.Reader = e.stdin
+	var size int64
 	if o.file != "-" {
 		f, err := os.Open(o.file)
 		if err != nil {
 			return e.fail("enqueue", err)
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			size = fi.Size()
+		}
 		r = f
+	}
+	counted := &countingReader{r: r}
+	r = counted
+	var prog *progress // only on a terminal: quiet when piped
+	if isTerminal(e.stderr) {
+		prog = &progress{w: e.stderr, start: time.Now(), total: size}
+		defer prog.done()
 	}
 	p, done, err := e.producer(ctx)
 	if err != nil {
@@ -467,6 +478,9 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 			}
 		}
 		msgs, lines = msgs[:0], lines[:0]
+		if prog != nil {
+			prog.update(enqueued, counted.n.Load())
+		}
 		return err
 	}
 	summary := func() {
@@ -686,8 +700,16 @@ func writeJSON(e *env, v any) int {
 }
 
 func statsFlags() (*flag.FlagSet, *bool) {
+	fs, asJSON, _, _ := watchFlags()
+	return fs, asJSON
+}
+
+func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	return fs, fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
+	watch := fs.Bool("watch", false, "refresh until interrupted")
+	every := fs.Duration("interval", 2*time.Second, "with --watch: time between refreshes")
+	return fs, asJSON, watch, every
 }
 
 // shardView is one row of stats.
@@ -709,8 +731,8 @@ type statsView struct {
 }
 
 func runStats(ctx context.Context, e *env, args []string) int {
-	fs, asJSON := statsFlags()
-	if pos, err := parse(fs, args, e.stderr); err != nil || len(pos) > 0 {
+	fs, asJSON, watch, every := watchFlags()
+	if pos, err := parse(fs, args, e.stderr); err != nil || len(pos) > 0 || *every <= 0 {
 		return exitUsage
 	}
 	rdb, st, err := e.connect(ctx)
@@ -718,31 +740,56 @@ func runStats(ctx context.Context, e *env, args []string) int {
 		return e.fail("stats", err)
 	}
 	defer rdb.Close()
-	n, err := e.shardsToShow(ctx, st)
-	if err != nil {
-		return e.fail("stats", err)
-	}
-	v, err := e.stats(ctx, st, n)
-	if err != nil {
-		return e.fail("stats", err)
-	}
 	consul, err := newConsul(e.cfg)
 	if err != nil {
 		return e.fail("stats", err)
 	}
-	if consul != nil {
-		if v.Fleet, err = balance.Fleet(ctx, consul, e.cfg.Namespace); err != nil {
+	tty := isTerminal(e.stdout)
+	for {
+		n, err := e.shardsToShow(ctx, st)
+		if err != nil {
 			return e.fail("stats", err)
 		}
+		v, err := e.stats(ctx, st, n)
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		if consul != nil {
+			if v.Fleet, err = balance.Fleet(ctx, consul, e.cfg.Namespace); err != nil {
+				return e.fail("stats", err)
+			}
+		}
+		switch {
+		case *asJSON && *watch:
+			if err := json.NewEncoder(e.stdout).Encode(v); err != nil {
+				return e.fail("stats", err)
+			}
+		case *asJSON:
+			return writeJSON(e, v)
+		default:
+			if *watch && tty {
+				fmt.Fprint(e.stdout, "\033[H\033[2J") // clear the screen, cursor home
+			}
+			if *watch {
+				fmt.Fprintf(e.stdout, "%s  (every %s, Ctrl-C to stop)\n", time.Now().Format("15:04:05"), *every)
+			}
+			printStats(e, v)
+			if consul != nil {
+				printFleet(e, v.Fleet)
+			}
+		}
+		if !*watch {
+			return exitOK
+		}
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-time.After(*every):
+		}
+		if !tty && !*asJSON {
+			fmt.Fprintln(e.stdout)
+		}
 	}
-	if *asJSON {
-		return writeJSON(e, v)
-	}
-	printStats(e, v)
-	if consul != nil {
-		printFleet(e, v.Fleet)
-	}
-	return exitOK
 }
 
 func printFleet(e *env, fleet []balance.Member) {

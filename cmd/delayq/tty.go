@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// countingReader counts the bytes read through it, for progress.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// progress draws "N enqueued, R/s, P%, ETA" on one terminal line.
+type progress struct {
+	w     io.Writer
+	start time.Time
+	total int64 // input size in bytes; 0 when unknown (stdin)
+	last  time.Time
+}
+
+// line renders the progress line for n messages and read bytes at now.
+func (p *progress) line(n int, read int64, now time.Time) string {
+	el := now.Sub(p.start).Seconds()
+	rate := 0.0
+	if el > 0 {
+		rate = float64(n) / el
+	}
+	s := fmt.Sprintf("%d enqueued, %.0f/s", n, rate)
+	if p.total > 0 && read > 0 {
+		frac := min(1, float64(read)/float64(p.total))
+		s += fmt.Sprintf(", %.0f%%", 100*frac)
+		if frac > 0 && frac < 1 {
+			eta := time.Duration(el * (1 - frac) / frac * float64(time.Second))
+			s += ", ETA " + eta.Round(time.Second).String()
+		}
+	}
+	return s
+}
+
+// update redraws at most every 250 ms.
+func (p *progress) update(n int, read int64) {
+	now := time.Now()
+	if now.Sub(p.last) < 250*time.Millisecond {
+		return
+	}
+	p.last = now
+	fmt.Fprintf(p.w, "\r\033[K%s", p.line(n, read, now))
+}
+
+// done clears the line.
+func (p *progress) done() { fmt.Fprint(p.w, "\r\033[K") }
