@@ -64,6 +64,7 @@ type delivery struct {
 	dueMs   int64
 	attempt int32
 	body    string
+	raw     amqp.Delivery
 }
 
 func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
@@ -147,7 +148,7 @@ func (f *fleet) consume(url string) {
 				f.mu.Lock()
 				due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
 				att, _ := msg.Headers[scanner.HeaderAttempt].(int32)
-				f.got[msg.MessageId] = append(f.got[msg.MessageId], delivery{at: time.Now(), dueMs: due, attempt: att, body: string(msg.Body)})
+				f.got[msg.MessageId] = append(f.got[msg.MessageId], delivery{at: time.Now(), dueMs: due, attempt: att, body: string(msg.Body), raw: msg})
 				f.mu.Unlock()
 			}
 			for { // the broker went away: reconnect

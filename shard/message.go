@@ -87,7 +87,23 @@ type Message struct {
 	// clock skew does not matter).
 	Delay time.Duration
 	At    time.Time
+
+	// Retry is a retry schedule for the consumer: when processing fails,
+	// Producer.Retry schedules the same id again after the next delay, and
+	// dead-letters it when the schedule is exhausted. For example
+	// []time.Duration{15*time.Second, 3*time.Minute, 10*time.Minute}.
+	// At most MaxRetrySteps steps, each in (0, MaxDelay].
+	Retry []time.Duration
 }
+
+// MaxRetrySteps is the longest retry schedule accepted.
+const MaxRetrySteps = 32
+
+// Headers delayq sets on a message with a retry schedule.
+const (
+	HeaderRetry     = "x-delayq-retry"      // the schedule, e.g. "15s,3m0s,10m0s"
+	HeaderRetryStep = "x-delayq-retry-step" // 0 for the original delivery, n for the n-th retry
+)
 
 // validateID checks a message id.
 func validateID(id string) error {
@@ -175,6 +191,19 @@ func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
 			return Envelope{}, invalid(field, "value must be valid UTF-8 of at most %d bytes", MaxHeaderLen)
 		}
 		hs = append(hs, Header{Key: k, Value: v})
+	}
+	if len(m.Retry) > 0 {
+		if len(m.Retry) > MaxRetrySteps {
+			return Envelope{}, invalid("retry", "%d steps, more than %d", len(m.Retry), MaxRetrySteps)
+		}
+		parts := make([]string, len(m.Retry))
+		for i, d := range m.Retry {
+			if d <= 0 || d > MaxDelay {
+				return Envelope{}, invalid(fmt.Sprintf("retry[%d]", i), "%s is outside (0, %s]", d, MaxDelay)
+			}
+			parts[i] = d.String()
+		}
+		hs = withRetryHeaders(hs, strings.Join(parts, ","), 0)
 	}
 	return Envelope{
 		Topic: m.Topic, Exchange: m.Exchange, RoutingKey: m.RoutingKey, ContentType: m.ContentType,

@@ -307,9 +307,25 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
 `)
 
+// buryScript stores a message straight into the dead set: a consumer's
+// retry schedule is exhausted (Producer.Retry).
+//
+//	KEYS[1] msg HASH   KEYS[2] dead ZSET   KEYS[3] reason HASH
+//	ARGV[1] id   ARGV[2] envelope   ARGV[3] reason text
+//
+// Returns 1 when stored, 0 when a message with this id exists already
+// (nothing written). Complexity: O(log N).
+var buryScript = redis.NewScript(nowMs + `
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+return 1
+`)
+
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
-	redriveScript, purgeScript,
+	redriveScript, purgeScript, buryScript,
 }

@@ -1,0 +1,109 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Delivery is what Retry needs of a message a consumer received: an AMQP
+// delivery's fields. Its Headers take an amqp091 Table as it is.
+type Delivery struct {
+	MessageID   string
+	Exchange    string // where the message was published
+	RoutingKey  string
+	Headers     map[string]any
+	ContentType string
+	Body        []byte
+}
+
+// RetryOutcome says what Retry did.
+type RetryOutcome struct {
+	Step      int       // the retry step scheduled (1 = first retry); 0 when dead
+	Due       time.Time // when the retry is due; zero when dead
+	Dead      bool      // the schedule is exhausted: the message is in the dead set
+	Duplicate bool      // this step was already scheduled (a redelivered message retried twice)
+}
+
+// ErrNoRetrySchedule: the delivery carries no x-delayq-retry header.
+var ErrNoRetrySchedule = errors.New("message has no retry schedule")
+
+// Retry is the consumer's helper for stepped retries: call it when
+// processing a delivery failed. If the message's retry schedule has a next
+// step, the same id is scheduled again after that step's delay, to the
+// exchange and routing key it was delivered from, with its headers, body
+// and x-delayq-retry-step raised by one; the consumer then acks the
+// delivery. When the schedule is exhausted, the message goes to the dead
+// set with cause as its reason (see delayq dead list / redrive).
+//
+// Retry is idempotent per step: retrying a redelivered copy of the same
+// step reports Duplicate and changes nothing.
+func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOutcome, error) {
+	sched, _ := d.Headers[HeaderRetry].(string)
+	if sched == "" {
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, ErrNoRetrySchedule)
+	}
+	var delays []time.Duration
+	for _, f := range strings.Split(sched, ",") {
+		dl, err := time.ParseDuration(f)
+		if err != nil || dl <= 0 {
+			return RetryOutcome{}, fmt.Errorf("retry %q: header %s = %q: bad step %q", d.MessageID, HeaderRetry, sched, f)
+		}
+		delays = append(delays, dl)
+	}
+	step, err := strconv.Atoi(fmt.Sprint(d.Headers[HeaderRetryStep]))
+	if err != nil || step < 0 {
+		return RetryOutcome{}, fmt.Errorf("retry %q: header %s = %v: not a step number", d.MessageID, HeaderRetryStep, d.Headers[HeaderRetryStep])
+	}
+	m := Message{ID: d.MessageID, Exchange: d.Exchange, RoutingKey: d.RoutingKey, ContentType: d.ContentType,
+		Body: d.Body, Headers: map[string]string{}}
+	for k, v := range d.Headers {
+		if !strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
+			m.Headers[k] = fmt.Sprint(v)
+		}
+	}
+	if m.Exchange == "" && m.RoutingKey == "" {
+		return RetryOutcome{}, fmt.Errorf("retry %q: the delivery says neither exchange nor routing key", d.MessageID)
+	}
+	env, err := m.envelope(p.maxBody, p.now())
+	if err != nil {
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
+	}
+	i, _, err := p.shardOf(d.MessageID)
+	if err != nil {
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
+	}
+	ks := ShardKeys(p.store.ns, i)
+	if step >= len(delays) { // exhausted: to the dead set, as delivered last
+		env.Headers = withRetryHeaders(env.Headers, sched, step)
+		reason := fmt.Sprintf("retry schedule exhausted after %d retries: %s", len(delays), cause)
+		n, err := buryScript.Run(ctx, p.store.rdb, []string{ks.Msg, ks.Dead, ks.Reason}, d.MessageID,
+			AppendEnvelope(nil, &env), reason).Int()
+		if err != nil {
+			return RetryOutcome{}, fmt.Errorf("retry %q: dead-letter: %w", d.MessageID, err)
+		}
+		return RetryOutcome{Dead: true, Duplicate: n == 0}, nil
+	}
+	env.Headers = withRetryHeaders(env.Headers, sched, step+1)
+	keys, args := p.store.enqueueArgs(i, d.MessageID, AppendEnvelope(nil, &env), "delay", delays[step].Milliseconds(), false, 0)
+	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
+	if errors.Is(err, ErrDuplicate) {
+		return RetryOutcome{Step: step + 1, Duplicate: true}, nil
+	}
+	if err != nil {
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
+	}
+	return RetryOutcome{Step: step + 1, Due: time.UnixMilli(due)}, nil
+}
+
+// withRetryHeaders adds the retry schedule and step to hs, keeping the
+// headers sorted by key (one encoding per envelope).
+func withRetryHeaders(hs []Header, sched string, step int) []Header {
+	hs = append(hs, Header{Key: HeaderRetry, Value: sched}, Header{Key: HeaderRetryStep, Value: strconv.Itoa(step)})
+	slices.SortFunc(hs, func(a, b Header) int { return strings.Compare(a.Key, b.Key) })
+	return hs
+}
