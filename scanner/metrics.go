@@ -70,7 +70,7 @@ type ShardCollector struct {
 	layout  balance.Source
 	timeout time.Duration
 
-	scheduled, dueNow, inFlight, dead, overdue, m, hwm, up *prometheus.Desc
+	scheduled, dueNow, inFlight, dead, overdue, enqueued, m, hwm, up *prometheus.Desc
 }
 
 // NewShardCollector returns a collector over the shards layout covers.
@@ -85,6 +85,7 @@ func NewShardCollector(store *shard.Store, layout balance.Source) *ShardCollecto
 		inFlight:  d("shard_in_flight", "Messages claimed and not yet acked.", "shard"),
 		dead:      d("shard_dead", "Messages in the shard's dead set.", "shard"),
 		overdue:   d("shard_oldest_overdue_seconds", "How long the earliest due message has waited.", "shard"),
+		enqueued:  d("messages_enqueued_total", "Messages enqueued into the shard by any producer, as counted in Redis.", "shard"),
 		m:         d("shards", "M, the number of shards new messages hash onto."),
 		hwm:       d("shards_high_water", "Shards the scanners cover (at least M)."),
 		up:        d("shard_stats_up", "1 if the last read of the shard counts from Redis succeeded."),
@@ -93,7 +94,7 @@ func NewShardCollector(store *shard.Store, layout balance.Source) *ShardCollecto
 
 // Describe implements prometheus.Collector.
 func (c *ShardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.scheduled, c.dueNow, c.inFlight, c.dead, c.overdue, c.m, c.hwm, c.up} {
+	for _, d := range []*prometheus.Desc{c.scheduled, c.dueNow, c.inFlight, c.dead, c.overdue, c.enqueued, c.m, c.hwm, c.up} {
 		ch <- d
 	}
 }
@@ -127,5 +128,6 @@ func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.inFlight, float64(s.InFlight), l)
 		gauge(c.dead, float64(s.Dead), l)
 		gauge(c.overdue, s.OldestOverdue().Seconds(), l)
+		ch <- prometheus.MustNewConstMetric(c.enqueued, prometheus.CounterValue, float64(s.Enqueued), l)
 	}
 }

@@ -13,6 +13,7 @@
 //	delayq:{ns:i}:attempts  HASH  id -> deliveries that were not acked (absent = 0)
 //	delayq:{ns:i}:dead      ZSET  id -> when it was dead-lettered
 //	delayq:{ns:i}:reason    HASH  id -> why
+//	delayq:{ns:i}:counters  HASH  enqueued -> messages ever created in the shard
 //
 // plus the namespace's shard cursor (CursorKey) and wake-up channel
 // (WakeChannel). A message lives in shard Of(id, M): FNV-1a 64 of the id,

@@ -14,6 +14,7 @@ type Keys struct {
 	Attempts string // HASH id -> number of redeliveries so far (absent = 0)
 	Dead     string // ZSET id -> time it was dead-lettered (unix ms)
 	Reason   string // HASH id -> why it is dead
+	Counters string // HASH: enqueued (messages ever created in the shard)
 }
 
 // ShardKeys returns the keys of shard i of namespace ns.
@@ -26,6 +27,7 @@ func ShardKeys(ns string, i int) Keys {
 		Attempts: p + "attempts",
 		Dead:     p + "dead",
 		Reason:   p + "reason",
+		Counters: p + "counters",
 	}
 }
 

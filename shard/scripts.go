@@ -29,7 +29,7 @@ end
 // enqueueScript stores a message and schedules it.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET
-//	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH
+//	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH   KEYS[7] counters HASH
 //	ARGV[1] id   ARGV[2] envelope   ARGV[3] "delay" | "at"
 //	ARGV[4] delay ms (added to Redis TIME) or absolute due ms
 //	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
@@ -40,7 +40,7 @@ end
 // (nothing written), -1 in flight (upsert refused, nothing written), -2
 // shard full (nothing written).
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
-// the shard's head.
+// the shard's head. A created message counts in counters.enqueued.
 // Complexity: O(log N).
 var enqueueScript = redis.NewScript(nowMs + wakeIfHead + `
 local id = ARGV[1]
@@ -60,6 +60,7 @@ else
 end
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('ZADD', KEYS[1], due, id)
+if status == 1 then redis.call('HINCRBY', KEYS[7], 'enqueued', 1) end
 wake_if_head(KEYS[1], id, due, 6)
 return {status, due}
 `)
@@ -231,16 +232,17 @@ return {now, state, tonumber(score), tonumber(redis.call('HGET', KEYS[4], id) or
 
 // statsScript counts one shard.
 //
-//	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] dead ZSET
+//	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] dead ZSET   KEYS[4] counters HASH
 //
-// Returns {now, scheduled, due now, in flight, dead, head due ms or -1}.
-// Complexity: O(log N).
+// Returns {now, scheduled, due now, in flight, dead, head due ms or -1,
+// enqueued ever}. Complexity: O(log N).
 var statsScript = redis.NewScript(nowMs + `
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local h = -1
 if #head > 0 then h = tonumber(head[2]) end
 return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf', now),
-  redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), h}
+  redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), h,
+  tonumber(redis.call('HGET', KEYS[4], 'enqueued') or '0')}
 `)
 
 // raiseLayoutScript records that M shards are in use.

@@ -383,7 +383,11 @@ func TestStats(t *testing.T) {
 		sched += s.Scheduled
 		dueNow += s.DueNow
 	}
-	if sched != 3 || dueNow != 2 {
+	var enq int64
+	for _, s := range st {
+		enq += s.Enqueued
+	}
+	if sched != 3 || dueNow != 2 || enq != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 }

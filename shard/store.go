@@ -226,7 +226,7 @@ func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64,
 	if upsert {
 		up = "1"
 	}
-	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
+	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
 		[]any{id, env, mode, ms, up, s.wake, i, shardCap}
 }
 
@@ -361,6 +361,7 @@ type Stats struct {
 	Dead      int64
 	HeadMs    int64 // due time of the earliest scheduled message; -1 if none
 	NowMs     int64 // Redis clock
+	Enqueued  int64 // messages ever created in the shard
 }
 
 // OldestOverdue is how long the earliest scheduled message has been due
@@ -381,7 +382,7 @@ func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
 			ks := ShardKeys(s.ns, i)
-			cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead})
+			cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead, ks.Counters})
 		}
 		return nil
 	})
@@ -391,12 +392,12 @@ func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
 	out := make([]Stats, m)
 	for i, c := range cmds {
 		v, err := c.Slice()
-		if err != nil || len(v) != 6 {
+		if err != nil || len(v) != 7 {
 			return nil, fmt.Errorf("stats of shard %d: unexpected reply %v: %w", i, v, err)
 		}
 		r := reply{v: v, what: "stats reply"}
 		out[i] = Stats{Shard: i, NowMs: r.int(0), Scheduled: r.int(1), DueNow: r.int(2),
-			InFlight: r.int(3), Dead: r.int(4), HeadMs: r.int(5)}
+			InFlight: r.int(3), Dead: r.int(4), HeadMs: r.int(5), Enqueued: r.int(6)}
 		if r.err != nil {
 			return nil, fmt.Errorf("stats of shard %d: %w", i, r.err)
 		}

@@ -67,6 +67,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		min          float64
 	}{
 		{"delayq_messages_claimed_total", "", 200},
+		{"delayq_messages_enqueued_total", `shard="` + strconv.Itoa(shardOf("later", 4)) + `"`, 1},
 		{"delayq_dispatch_lateness_seconds_count", "", 200},
 		{"delayq_publish_confirm_seconds_count", "", 200},
 		{"delayq_claim_duration_seconds_count", "", 1},
