@@ -41,7 +41,9 @@ var ErrNoRetrySchedule = errors.New("message has no retry schedule")
 // set with cause as its reason (see delayq dead list / redrive).
 //
 // Retry is idempotent per step: retrying a redelivered copy of the same
-// step reports Duplicate and changes nothing.
+// step reports Duplicate and changes nothing. It may run before the
+// scanner has acked the delivery (consumers can be that fast): the retry
+// then takes the message over, and the scanner's ack changes nothing.
 func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOutcome, error) {
 	sched, _ := d.Headers[HeaderRetry].(string)
 	if sched == "" {
@@ -78,24 +80,36 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}
 	ks := ShardKeys(p.store.ns, i)
+	mode, arg := "delay", any(int64(0))
 	if step >= len(delays) { // exhausted: to the dead set, as delivered last
 		env.Headers = withRetryHeaders(env.Headers, sched, step)
-		reason := fmt.Sprintf("retry schedule exhausted after %d retries: %s", len(delays), cause)
-		n, err := buryScript.Run(ctx, p.store.rdb, []string{ks.Msg, ks.Dead, ks.Reason}, d.MessageID,
-			AppendEnvelope(nil, &env), reason).Int()
-		if err != nil {
-			return RetryOutcome{}, fmt.Errorf("retry %q: dead-letter: %w", d.MessageID, err)
-		}
-		return RetryOutcome{Dead: true, Duplicate: n == 0}, nil
+		mode, arg = "dead", fmt.Sprintf("retry schedule exhausted after %d retries: %s", len(delays), cause)
+	} else {
+		env.Headers = withRetryHeaders(env.Headers, sched, step+1)
+		arg = delays[step].Milliseconds()
 	}
-	env.Headers = withRetryHeaders(env.Headers, sched, step+1)
-	keys, args := p.store.enqueueArgs(i, d.MessageID, AppendEnvelope(nil, &env), "delay", delays[step].Milliseconds(), false, 0)
-	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
-	if errors.Is(err, ErrDuplicate) {
-		return RetryOutcome{Step: step + 1, Duplicate: true}, nil
-	}
+	v, err := retryScript.Run(ctx, p.store.rdb,
+		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
+		d.MessageID, AppendEnvelope(nil, &env), mode, arg, p.store.wake, i).Slice()
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
+	}
+	r := reply{v: v, what: "retry reply"}
+	if len(v) != 2 {
+		return RetryOutcome{}, fmt.Errorf("retry %q: unexpected reply of %d fields", d.MessageID, len(v))
+	}
+	status, due := r.int(0), r.int(1)
+	if r.err != nil {
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, r.err)
+	}
+	switch status {
+	case 0:
+		if step >= len(delays) {
+			return RetryOutcome{Dead: true, Duplicate: true}, nil
+		}
+		return RetryOutcome{Step: step + 1, Duplicate: true}, nil
+	case 2:
+		return RetryOutcome{Dead: true}, nil
 	}
 	return RetryOutcome{Step: step + 1, Due: time.UnixMilli(due)}, nil
 }

@@ -309,25 +309,43 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
 `)
 
-// buryScript stores a message straight into the dead set: a consumer's
-// retry schedule is exhausted (Producer.Retry).
+// retryScript schedules the next step of a consumer's retry schedule, or
+// buries the message in the dead set when the schedule is exhausted
+// (Producer.Retry).
 //
-//	KEYS[1] msg HASH   KEYS[2] dead ZSET   KEYS[3] reason HASH
-//	ARGV[1] id   ARGV[2] envelope   ARGV[3] reason text
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
+//	KEYS[5] dead ZSET   KEYS[6] reason HASH   KEYS[7] counters HASH
+//	ARGV[1] id   ARGV[2] envelope of the next step   ARGV[3] "delay" | "dead"
+//	ARGV[4] delay ms, or the reason when dead   ARGV[5] wake channel   ARGV[6] shard index
 //
-// Returns 1 when stored, 0 when a message with this id exists already
-// (nothing written). Complexity: O(log N).
-var buryScript = redis.NewScript(nowMs + `
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-return 1
+// An id that is scheduled or dead already means this step was done (a
+// redelivered copy retried twice): nothing changes. Otherwise the id is
+// unknown (acked) or still in flight: the consumer may get a message before
+// the scanner's ack. Then the retry takes the message over: it drops the
+// lease, so the scanner's ack finds its token gone and deletes nothing.
+// Returns {status, due}: 1 scheduled, 2 buried, 0 already done.
+// Complexity: O(log N).
+var retryScript = redis.NewScript(nowMs + wakeIfHead + `
+local id = ARGV[1]
+if redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[5], id) then return {0, 0} end
+redis.call('ZREM', KEYS[3], id)
+redis.call('HDEL', KEYS[4], id)
+redis.call('HSET', KEYS[2], id, ARGV[2])
+if ARGV[3] == 'dead' then
+  redis.call('ZADD', KEYS[5], now, id)
+  redis.call('HSET', KEYS[6], id, ARGV[4])
+  return {2, 0}
+end
+local due = now + tonumber(ARGV[4])
+redis.call('ZADD', KEYS[1], due, id)
+redis.call('HINCRBY', KEYS[7], 'enqueued', 1)
+wake_if_head(KEYS[1], id, due, 5)
+return {1, due}
 `)
 
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
-	redriveScript, purgeScript, buryScript,
+	redriveScript, purgeScript, retryScript,
 }

@@ -641,3 +641,34 @@ func TestCapacity(t *testing.T) {
 		break
 	}
 }
+
+// TestRetryBeforeAck: a consumer can get a message, fail and call Retry
+// before the scanner acks it. The retry must survive that late ack.
+func TestRetryBeforeAck(t *testing.T) {
+	b := setup(t, 1)
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "r", Exchange: "x", RoutingKey: "k",
+		Retry: []time.Duration{time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.claimAll(t, 1, time.Minute)[0] // published, not yet acked
+	env, _ := shard.DecodeEnvelope(c.Envelope)
+	headers := map[string]any{}
+	for _, h := range env.Headers {
+		headers[h.Key] = h.Value
+	}
+	d := shard.Delivery{MessageID: "r", Exchange: "x", RoutingKey: "k", Headers: headers}
+	out, err := b.prod.Retry(b.ctx, d, "boom")
+	if err != nil || out.Step != 1 || out.Duplicate {
+		t.Fatalf("retry before ack: %+v %v", out, err)
+	}
+	if n, err := b.store.Ack(b.ctx, 0, c.Lease); n != 0 || err != nil {
+		t.Fatalf("late ack: %d %v; want it to change nothing", n, err)
+	}
+	info, _ := b.prod.Inspect(b.ctx, "r")
+	if info.State != shard.StateScheduled || time.Until(info.At) < 50*time.Minute {
+		t.Fatalf("retry lost to the late ack: %+v", info)
+	}
+	if again, _ := b.prod.Retry(b.ctx, d, "boom"); !again.Duplicate {
+		t.Errorf("same step retried twice: %+v", again)
+	}
+}
