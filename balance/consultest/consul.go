@@ -81,14 +81,7 @@ func StartConsul() (*Consul, error) {
 // Start (re)starts the agent on the same ports.
 func (c *Consul) Start() error {
 	logFile := filepath.Join(c.Dir, "consul.log")
-	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	cmd := exec.Command(c.args[0], c.args[1:]...)
-	cmd.Stdout, cmd.Stderr = out, out
-	p, err := shardtest.StartProc(cmd)
+	p, err := shardtest.StartProc(exec.Command(c.args[0], c.args[1:]...), logFile)
 	if err != nil {
 		return err
 	}

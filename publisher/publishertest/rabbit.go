@@ -85,7 +85,7 @@ func StartRabbit() (*Rabbit, error) {
 	// Start epmd ourselves (in the foreground, as a child) so that Close can
 	// stop it by PID; the node registers with it instead of spawning a
 	// daemon that would outlive the test.
-	if r.epmd, err = shardtest.StartProc(exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")); err != nil {
+	if r.epmd, err = shardtest.StartProc(exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1"), ""); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -100,14 +100,9 @@ func StartRabbit() (*Rabbit, error) {
 // durable queues and persistent messages survive a Kill.
 func (r *Rabbit) Start() error {
 	logFile := filepath.Join(r.Dir, "console.log")
-	out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
 	cmd := exec.Command(rabbitBin + "rabbitmq-server")
-	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, out, out
-	p, err := shardtest.StartProc(cmd)
+	cmd.Env = r.env
+	p, err := shardtest.StartProc(cmd, logFile)
 	if err != nil {
 		return err
 	}

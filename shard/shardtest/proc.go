@@ -20,7 +20,16 @@ type Proc struct {
 }
 
 // StartProc starts cmd in a new process group and records the group.
-func StartProc(cmd *exec.Cmd) (*Proc, error) {
+// With logFile set, the command's output is appended to that file.
+func StartProc(cmd *exec.Cmd, logFile string) (*Proc, error) {
+	if logFile != "" {
+		out, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		defer out.Close() // the child keeps its own descriptor
+		cmd.Stdout, cmd.Stderr = out, out
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)

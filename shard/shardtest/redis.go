@@ -102,7 +102,7 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 
 // Start (re)starts the server process on the same port and directory.
 func (r *Redis) Start() error {
-	p, err := StartProc(exec.Command(r.args[0], r.args[1:]...))
+	p, err := StartProc(exec.Command(r.args[0], r.args[1:]...), "")
 	if err != nil {
 		return err
 	}
