@@ -29,6 +29,7 @@ type Config struct {
 	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user name"`
 	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password (never logged)"`
 	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
+	RedisCluster    bool          `envconfig:"REDIS_CLUSTER" default:"false" desc:"use the Redis Cluster client even with one seed address (several addresses imply it)"`
 	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL; the password is never logged"`
 	Namespace       string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
 	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards; with Consul only the fallback while Consul is unreachable"`
@@ -139,13 +140,15 @@ func newLogger(c Config, w io.Writer) (*zap.Logger, error) {
 }
 
 // newRedis returns the Redis client of the config: a cluster client for
-// several addresses, else a single-server client. The caller closes it.
+// several addresses or DELAYQ_REDIS_CLUSTER, else a single-server client.
+// The caller closes it.
 func newRedis(c Config) redis.UniversalClient {
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:    c.RedisAddrs,
-		Username: c.RedisUsername,
-		Password: c.RedisPassword,
-		DB:       c.RedisDB,
+		Addrs:         c.RedisAddrs,
+		Username:      c.RedisUsername,
+		Password:      c.RedisPassword,
+		DB:            c.RedisDB,
+		IsClusterMode: c.RedisCluster,
 	})
 }
 

@@ -715,6 +715,7 @@ func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
 // shardView is one row of stats.
 type shardView struct {
 	Shard            int     `json:"shard"`
+	Node             string  `json:"node,omitempty"` // the cluster master holding the shard
 	Scheduled        int64   `json:"scheduled"`
 	DueNow           int64   `json:"due_now"`
 	InFlight         int64   `json:"in_flight"`
@@ -827,20 +828,51 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	if nextMs >= 0 {
 		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
 	}
+	if cc, ok := st.Client().(*redis.ClusterClient); ok {
+		if err := nodesOf(ctx, cc, e.cfg.Namespace, v.Shards); err != nil {
+			return v, err
+		}
+	}
 	return v, nil
+}
+
+// nodesOf fills in which cluster master holds each shard.
+func nodesOf(ctx context.Context, cc *redis.ClusterClient, ns string, rows []shardView) error {
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("cluster slots: %w", err)
+	}
+	cmds := make([]*redis.IntCmd, len(rows))
+	if _, err := cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range rows {
+			cmds[i] = p.ClusterKeySlot(ctx, shard.ShardKeys(ns, r.Shard).Due)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("cluster keyslot: %w", err)
+	}
+	for i := range rows {
+		slot := int(cmds[i].Val())
+		for _, s := range slots {
+			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+				rows[i].Node = s.Nodes[0].Addr
+			}
+		}
+	}
+	return nil
 }
 
 func printStats(e *env, v statsView) {
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(e.stdout, "namespace %s, %d shards\n", v.Namespace, len(v.Shards))
-	fmt.Fprintln(tw, "shard\tscheduled\tdue now\tin flight\tdead\toldest overdue\tnext due\t")
+	fmt.Fprintln(tw, "shard\tscheduled\tdue now\tin flight\tdead\toldest overdue\tnext due\tnode\t")
 	for _, r := range append(v.Shards, v.Total) {
 		name := fmt.Sprint(r.Shard)
 		if r.Shard < 0 {
 			name = "total"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", name, r.Scheduled, r.DueNow, r.InFlight, r.Dead,
-			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", name, r.Scheduled, r.DueNow, r.InFlight, r.Dead,
+			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue), orDash(r.Node))
 	}
 	_ = tw.Flush()
 }

@@ -68,6 +68,9 @@ type RedisOptions struct {
 	// AOF turns on the append-only file with appendfsync always, so that a
 	// restart (Stop then Start) keeps every acknowledged write.
 	AOF bool
+
+	port    int  // set by StartCluster
+	cluster bool // cluster-enabled node
 }
 
 // StartRedis starts a server in a new temporary directory and waits until
@@ -81,13 +84,19 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	port := opts.port
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
 	r.args = []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--daemonize", "no"}
+	if opts.cluster {
+		r.args = append(r.args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+	}
 	if opts.AOF {
 		r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {

@@ -1,0 +1,119 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// TestScriptsOnCluster runs the life of messages on a real 3-master Redis
+// Cluster: every script stays in one slot (the {ns:i} hash tag), the
+// shards spread over the masters, pipelines span slots, and wake-up
+// notices published inside scripts reach a cluster subscriber.
+func TestScriptsOnCluster(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	rdb := c.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	st, err := shard.NewStore(rdb, "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const m = 16
+	prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
+	sub := rdb.Subscribe(ctx, shard.WakeChannel("cluster"))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]shard.Message, 400)
+	for i := range msgs {
+		msgs[i] = shard.Message{ID: fmt.Sprintf("c%d", i), Topic: "t"}
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil { // EnqueueBatch must load scripts on every master
+		t.Fatal(err)
+	}
+	res, err := prod.EnqueueBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if _, err := sub.ReceiveMessage(ctx); err != nil {
+		t.Fatalf("no wake-up notice across the cluster: %v", err)
+	}
+	// Shards live on different masters.
+	nodes := map[string]bool{}
+	for i := range m {
+		slot, err := rdb.ClusterKeySlot(ctx, shard.ShardKeys("cluster", i).Due).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[nodeOf(t, c, slot)] = true
+	}
+	if len(nodes) != 3 {
+		t.Errorf("16 shards sit on %d of 3 masters", len(nodes))
+	}
+	claimed := 0
+	leases := map[int][]shard.Lease{}
+	for i := range m {
+		r, err := st.Claim(ctx, i, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed += len(r.Msgs)
+		for _, c := range r.Msgs {
+			leases[i] = append(leases[i], c.Lease)
+		}
+	}
+	if claimed != 400 {
+		t.Fatalf("claimed %d of 400", claimed)
+	}
+	if n, err := st.AckShards(ctx, leases); err != nil || n != 400 {
+		t.Fatalf("AckShards across masters: %d %v", n, err)
+	}
+	stats, err := st.Stats(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stats {
+		if s.Scheduled+s.InFlight != 0 || s.Enqueued == 0 {
+			t.Errorf("shard %d after ack: %+v", s.Shard, s)
+		}
+	}
+	if _, err := st.RaiseLayout(ctx, m, 0); err != nil { // the namespace-wide key
+		t.Fatal(err)
+	}
+	if occ, err := st.Occupied(ctx, 0, m); err != nil || len(occ) != m {
+		t.Fatalf("occupied across masters: %v %v", occ, err)
+	}
+}
+
+// nodeOf returns the address of the master serving slot.
+func nodeOf(t *testing.T, c *shardtest.Cluster, slot int64) string {
+	t.Helper()
+	rdb := c.Client()
+	defer rdb.Close()
+	slots, err := rdb.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if int64(s.Start) <= slot && slot <= int64(s.End) {
+			return s.Nodes[0].Addr
+		}
+	}
+	t.Fatalf("no node serves slot %d", slot)
+	return ""
+}
