@@ -53,6 +53,7 @@ type fleet struct {
 	prod     *shard.Producer
 	store    *shard.Store
 	scanner  *scanner.Scanner
+	pub      *publisher.Publisher
 	m        int
 
 	mu  sync.Mutex
@@ -86,6 +87,7 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	}
 	pub.Start(context.Background())
 	t.Cleanup(func() { _ = pub.Close() })
+	f.pub = pub
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
 	f.scanner, err = scanner.New(cfg, scanner.Deps{
 		Store: f.store, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
@@ -403,4 +405,44 @@ func TestHotShardDrainsAtSingleShardSpeed(t *testing.T) {
 	if hot > 3*single {
 		t.Errorf("a hot shard drains at %.0f%% of single-shard speed", 100*single.Seconds()/hot.Seconds())
 	}
+}
+
+// TestBrokerBlockingIsRespected: RabbitMQ blocks publishers (memory alarm)
+// in the middle of a flow. The publisher reports not ready, the scanner
+// stops claiming instead of piling up leases, and after the alarm clears
+// every message arrives.
+func TestBrokerBlockingIsRespected(t *testing.T) {
+	t.Parallel()
+	shardtest.Require(t, serverErr)
+	own, err := publishertest.StartRabbit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
+	var ids []string
+	var msgs []shard.Message
+	for i := range 2000 {
+		id := fmt.Sprintf("b-%d", i)
+		ids = append(ids, id)
+		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Duration(i) * 2 * time.Millisecond})
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 300 },
+		func() string { return "flow did not start" })
+	if out, err := own.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
+		t.Fatalf("memory alarm: %v %s", err, out)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool { return !f.pub.Ready() },
+		func() string { return "publisher never saw the broker block it" })
+	claimed := f.scanner.Counts().Claimed
+	t.Logf("blocked after %d published, %d claimed", f.scanner.Counts().Published, claimed)
+	if out, err := own.Ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
+		t.Fatalf("clear alarm: %v %s", err, out)
+	}
+	f.waitAll(ids, 60*time.Second)
+	c := f.scanner.Counts()
+	t.Logf("after the alarm: %+v", c)
 }
