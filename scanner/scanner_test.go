@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,4 +446,67 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	f.waitAll(ids, 60*time.Second)
 	c := f.scanner.Counts()
 	t.Logf("after the alarm: %+v", c)
+}
+
+// TestSlowConsumer: a consumer far slower than the scanner lets its queue
+// grow; the scanner keeps publishing at its own pace (RabbitMQ queues the
+// messages) and every message is consumed in the end.
+func TestSlowConsumer(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.ns + "-slow"
+	if _, err := ch.QueueDeclare(q, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "slow", f.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	var msgs []shard.Message
+	for i := range n {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("s-%d", i), Exchange: f.exchange, RoutingKey: "slow"})
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	d, err := ch.Consume(q, "", false, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consumed atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range d {
+			time.Sleep(5 * time.Millisecond) // the slow consumer's work
+			_ = m.Ack(false)
+			if consumed.Add(1) == n {
+				return
+			}
+		}
+	}()
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return f.scanner.Counts().Published >= n },
+		func() string { return "the scanner did not publish everything" })
+	behind := n - consumed.Load()
+	t.Logf("all %d published while the consumer had %d still to process", n, behind)
+	if behind < n/4 {
+		t.Errorf("the consumer was not slow enough to prove anything (%d behind)", behind)
+	}
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("consumed %d of %d", consumed.Load(), n)
+	}
 }

@@ -1,10 +1,18 @@
 package main_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/balance/consultest"
+	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -32,4 +40,88 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	dups := w.waitDelivered(ids, 90*time.Second)
 	t.Logf("Redis restarted mid-flow: %d duplicates", dups)
+}
+
+// TestConsulOutageAndBadValue: under a flowing load, a bad M is written to
+// Consul (ignored, the last good M stays), then Consul is stopped for 30 s
+// and restarted (a dev agent comes back empty: the key is missing, still
+// ignored). Scanners and the producer keep the last good M throughout and
+// every message arrives.
+func TestConsulOutageAndBadValue(t *testing.T) {
+	own, err := consultest.StartConsul()
+	shardtest.Require(t, err)
+	t.Cleanup(own.Close)
+	w := newWorld(t, 16, "DELAYQ_CONSUL_ADDR="+own.Addr)
+	key := balance.DefaultConsulKey(w.ns)
+	w.consume()
+	w.setM(8)
+	w.scan()
+	w.scan()
+	rdb := redisSrv.Client(t)
+	st, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	watcher := balance.NewConsulWatcher(own.Client(), key, zaptest.NewLogger(t))
+	must(t, watcher.Start(t.Context(), 5*time.Second))
+	defer watcher.Stop()
+	layout := balance.NewLayout(watcher, st, balance.LayoutOptions{})
+	must(t, layout.Start(t.Context()))
+	defer layout.Stop()
+	prod := shard.NewProducer(st, layout, shard.ProducerOptions{})
+
+	var mu sync.Mutex
+	var ids []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond): // a steady producer, not a wait
+			}
+			batch := make([]shard.Message, 10)
+			for i := range batch {
+				batch[i] = shard.Message{ID: fmt.Sprintf("co-%d-%d", n, i), Exchange: w.exchange, RoutingKey: "rk",
+					Delay: time.Duration(rand.IntN(1000)) * time.Millisecond}
+			}
+			res, err := prod.EnqueueBatch(t.Context(), batch)
+			if err != nil {
+				t.Errorf("enqueue during the outage: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, r := range res {
+				if r.Err != nil {
+					t.Errorf("enqueue %s: %v", r.ID, r.Err)
+				} else {
+					ids = append(ids, r.ID)
+				}
+			}
+			mu.Unlock()
+		}
+	})
+	w.waitSome(100, 20*time.Second)
+	must(t, own.Put(t.Context(), key, "abc"))
+	time.Sleep(time.Second) // load flows with the bad value in place
+	if m, err := layout.ShardCount(); err != nil || m != 8 {
+		t.Errorf("after a bad value M is %d, %v; want the last good 8", m, err)
+	}
+	own.Kill()
+	time.Sleep(30 * time.Second) // the outage the fault matrix asks for
+	if m, err := layout.ShardCount(); err != nil || m != 8 {
+		t.Errorf("during the outage M is %d, %v; want 8", m, err)
+	}
+	must(t, own.Start())
+	time.Sleep(2 * time.Second) // load flows with Consul back but the key gone
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	all := append([]string(nil), ids...)
+	mu.Unlock()
+	dups := w.waitDelivered(all, 60*time.Second)
+	t.Logf("%d messages through a bad M and a 30 s Consul outage, %d duplicates", len(all), dups)
+	// The restarted dev agent is empty: delayq shards says so.
+	if out, _, _ := w.delayq("", "shards"); !strings.Contains(out, "is not set") {
+		t.Errorf("delayq shards after the restart:\n%s", out)
+	}
 }
