@@ -26,6 +26,9 @@ var (
 	ErrConnectionLost = errors.New("connection lost before confirm")
 	// ErrClosed: the publisher was closed.
 	ErrClosed = errors.New("publisher closed")
+	// ErrAccessRefused: the broker refused the credentials (AMQP 403). The
+	// publisher keeps retrying, but this is a configuration error.
+	ErrAccessRefused = errors.New("broker refused the credentials")
 )
 
 // ReturnedError carries the broker's reason for a returned message.
@@ -112,6 +115,8 @@ type Publisher struct {
 	exMu   sync.Mutex
 	exSeen map[string]time.Time // exchange -> when it was seen to exist
 
+	refused chan error // first ACCESS_REFUSED of a connect attempt
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -122,7 +127,8 @@ func New(opts Options, log *zap.Logger) (*Publisher, error) {
 	if _, err := amqp.ParseURI(opts.URL); err != nil {
 		return nil, fmt.Errorf("AMQP URL %s: %w", Redact(opts.URL), err)
 	}
-	return &Publisher{opts: opts, log: log.Named("publisher"), readyCh: make(chan struct{}), exSeen: map[string]time.Time{}}, nil
+	return &Publisher{opts: opts, log: log.Named("publisher"), readyCh: make(chan struct{}), exSeen: map[string]time.Time{},
+		refused: make(chan error, 1)}, nil
 }
 
 // Redact hides the password of an AMQP (or any) URL for logs and errors.
@@ -193,6 +199,20 @@ func (p *Publisher) WaitReady(ctx context.Context) error {
 	}
 }
 
+// WaitConnected waits for the first connection. It returns early with
+// ErrAccessRefused when the broker refuses the credentials, and with ctx's
+// error when neither happens in time (the publisher keeps trying).
+func (p *Publisher) WaitConnected(ctx context.Context) error {
+	ready := make(chan error, 1)
+	go func() { ready <- p.WaitReady(ctx) }()
+	select {
+	case err := <-ready:
+		return err
+	case err := <-p.refused:
+		return err
+	}
+}
+
 // setState updates readiness; callers hold p.mu.
 func (p *Publisher) setStateLocked(ready, blocked bool) {
 	was := p.ready && !p.blocked
@@ -213,6 +233,14 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+				err = fmt.Errorf("%w: %s", ErrAccessRefused, ae.Reason)
+				select {
+				case p.refused <- err:
+				default:
+				}
 			}
 			p.log.Warn("AMQP connect failed; retrying", zap.String("url", Redact(p.opts.URL)),
 				zap.Int("attempt", attempt), zap.Duration("backoff", backoff), zap.Error(err))

@@ -3,6 +3,7 @@ package main_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -123,5 +124,30 @@ func TestConsulOutageAndBadValue(t *testing.T) {
 	// The restarted dev agent is empty: delayq shards says so.
 	if out, _, _ := w.delayq("", "shards"); !strings.Contains(out, "is not set") {
 		t.Errorf("delayq shards after the restart:\n%s", out)
+	}
+}
+
+// TestWrongCredentialsFailClearly: a wrong Redis password or wrong AMQP
+// credentials stop delayq scan at start with an error that says what is
+// wrong, without the password, instead of running half connected.
+func TestWrongCredentialsFailClearly(t *testing.T) {
+	guarded, err := shardtest.StartRedis(shardtest.RedisOptions{Password: "right-horse"})
+	shardtest.Require(t, err)
+	t.Cleanup(guarded.Close)
+	w := newWorld(t, 4)
+	for _, c := range []struct {
+		env        []string
+		want, leak string
+	}{
+		{[]string{"DELAYQ_REDIS_ADDRS=" + guarded.Addr, "DELAYQ_REDIS_PASSWORD=wrong-staple"}, "WRONGPASS", "wrong-staple"},
+		{[]string{"DELAYQ_REDIS_ADDRS=" + guarded.Addr}, "NOAUTH", "right-horse"},
+		{[]string{"DELAYQ_AMQP_URL=" + strings.Replace(rabbit.URL, "guest:guest", "guest:battery", 1)}, "refused the credentials", "battery"},
+	} {
+		cmd := exec.Command(bin, "scan")
+		cmd.Env = append(append(append([]string{}, w.env...), "DELAYQ_METRICS_ADDR=off"), c.env...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) || strings.Contains(string(out), c.leak) {
+			t.Errorf("%v: err %v, output should say %q and not %q:\n%s", c.env, err, c.want, c.leak, out)
+		}
 	}
 }

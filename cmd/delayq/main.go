@@ -269,6 +269,15 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			e.log.Warn("closing publisher", zap.Error(err))
 		}
 	}()
+	// A refused login is a configuration error: fail now rather than run
+	// half connected. An unreachable broker is an outage: run, not ready.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = pub.WaitConnected(wctx)
+	cancel()
+	if errors.Is(err, publisher.ErrAccessRefused) {
+		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check the user and password of %s_AMQP_URL)",
+			publisher.Redact(c.AMQPURL), err, envPrefix))
+	}
 	layout, consul, stopLayout, err := e.layout(ctx, st, true)
 	if err != nil {
 		return e.fail("scan", err)

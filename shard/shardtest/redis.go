@@ -57,10 +57,11 @@ func TrackProcessGroup(pgid int) {
 
 // Redis is a redis-server child process.
 type Redis struct {
-	Addr string
-	Dir  string
-	args []string
-	proc *Proc
+	Addr     string
+	Dir      string
+	args     []string
+	proc     *Proc
+	password string
 }
 
 // RedisOptions configure StartRedis.
@@ -68,6 +69,9 @@ type RedisOptions struct {
 	// AOF turns on the append-only file with appendfsync always, so that a
 	// restart (Stop then Start) keeps every acknowledged write.
 	AOF bool
+
+	// Password, when set, is required of clients (requirepass).
+	Password string
 
 	port    int  // set by StartCluster
 	cluster bool // cluster-enabled node
@@ -93,6 +97,10 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
 	r.args = []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--daemonize", "no"}
+	if opts.Password != "" {
+		r.args = append(r.args, "--requirepass", opts.Password)
+		r.password = opts.Password
+	}
 	if opts.cluster {
 		r.args = append(r.args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "2000")
@@ -116,7 +124,7 @@ func (r *Redis) Start() error {
 		return err
 	}
 	r.proc = p
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, Password: r.password})
 	defer c.Close()
 	return p.WaitReady("redis-server on "+r.Addr, 10*time.Second, 20*time.Millisecond, filepath.Join(r.Dir, "log"), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
