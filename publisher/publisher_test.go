@@ -187,7 +187,7 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer own.Close()
+	t.Cleanup(own.Close) // registered first, so it runs after the publisher's Close
 	p := start(t, own.URL)
 	own.Kill()
 	shardtest.WaitFor(t, 10*time.Second, func() bool { return !p.Ready() }, nil)
