@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,6 +31,9 @@ var (
 	// ErrAccessRefused: the broker refused the credentials (AMQP 403). The
 	// publisher keeps retrying, but this is a configuration error.
 	ErrAccessRefused = errors.New("broker refused the credentials")
+	// ErrTLS: the TLS handshake failed (unknown authority, wrong host name,
+	// not a TLS listener): a configuration error too.
+	ErrTLS = errors.New("TLS handshake with the broker failed")
 )
 
 // ReturnedError carries the broker's reason for a returned message.
@@ -58,6 +63,9 @@ type Message struct {
 // Options configure a Publisher. Zero fields take the documented defaults.
 type Options struct {
 	URL string // amqp:// or amqps:// URL; required
+	// TLS configures amqps:// connections (CA, client certificate); nil
+	// uses the system's roots.
+	TLS *tls.Config
 	// Channels is the number of AMQP channels publishes are spread over.
 	// Default 4.
 	Channels int
@@ -200,8 +208,9 @@ func (p *Publisher) WaitReady(ctx context.Context) error {
 }
 
 // WaitConnected waits for the first connection. It returns early with
-// ErrAccessRefused when the broker refuses the credentials, and with ctx's
-// error when neither happens in time (the publisher keeps trying).
+// ErrAccessRefused when the broker refuses the credentials or ErrTLS when
+// the handshake fails, and with ctx's error when none of that happens in
+// time (the publisher keeps trying).
 func (p *Publisher) WaitConnected(ctx context.Context) error {
 	ready := make(chan error, 1)
 	go func() { ready <- p.WaitReady(ctx) }()
@@ -235,8 +244,20 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 				return
 			}
 			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.AccessRefused {
+			var unknownCA x509.UnknownAuthorityError
+			var badHost x509.HostnameError
+			var verify *tls.CertificateVerificationError
+			var notTLS tls.RecordHeaderError
+			refused := true
+			switch {
+			case errors.As(err, &ae) && ae.Code == amqp.AccessRefused:
 				err = fmt.Errorf("%w: %s", ErrAccessRefused, ae.Reason)
+			case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &verify), errors.As(err, &notTLS):
+				err = fmt.Errorf("%w: %v", ErrTLS, err)
+			default:
+				refused = false
+			}
+			if refused {
 				select {
 				case p.refused <- err:
 				default:
@@ -295,9 +316,10 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		props.SetClientConnectionName(p.opts.ConnectionName)
 	}
 	conn, err := amqp.DialConfig(p.opts.URL, amqp.Config{
-		Dial:       amqp.DefaultDial(p.opts.DialTimeout),
-		Heartbeat:  10 * time.Second,
-		Properties: props,
+		Dial:            amqp.DefaultDial(p.opts.DialTimeout),
+		Heartbeat:       10 * time.Second,
+		Properties:      props,
+		TLSClientConfig: p.opts.TLS,
 	})
 	if err != nil {
 		return nil, err

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,11 +33,24 @@ type Config struct {
 	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password (never logged)"`
 	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
 	RedisCluster    bool          `envconfig:"REDIS_CLUSTER" default:"false" desc:"use the Redis Cluster client even with one seed address (several addresses imply it)"`
-	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL; the password is never logged"`
+	RedisPassFile   string        `envconfig:"REDIS_PASSWORD_FILE" desc:"read the Redis password from this file (e.g. a mounted Kubernetes Secret)"`
+	RedisTLS        bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
+	RedisTLSCA      string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
+	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
+	RedisTLSKey     string        `envconfig:"REDIS_TLS_KEY" desc:"PEM key of DELAYQ_REDIS_TLS_CERT"`
+	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL (amqps:// for TLS); the password is never logged"`
+	AMQPURLFile     string        `envconfig:"AMQP_URL_FILE" desc:"read the RabbitMQ URL, with its credentials, from this file"`
+	AMQPTLSCA       string        `envconfig:"AMQP_TLS_CA" desc:"amqps: PEM file of the CA that signed RabbitMQ's certificate (default: the system's)"`
+	AMQPTLSCert     string        `envconfig:"AMQP_TLS_CERT" desc:"amqps: PEM client certificate (mutual TLS)"`
+	AMQPTLSKey      string        `envconfig:"AMQP_TLS_KEY" desc:"amqps: PEM key of DELAYQ_AMQP_TLS_CERT"`
 	Namespace       string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
 	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards; with Consul only the fallback while Consul is unreachable"`
 	ConsulAddr      string        `envconfig:"CONSUL_ADDR" desc:"Consul HTTP address host:port; when set, M is read from DELAYQ_CONSUL_KEY and watched"`
 	ConsulToken     string        `envconfig:"CONSUL_TOKEN" desc:"Consul ACL token (never logged)"`
+	ConsulTokenFile string        `envconfig:"CONSUL_TOKEN_FILE" desc:"read the Consul ACL token from this file"`
+	ConsulTLSCA     string        `envconfig:"CONSUL_TLS_CA" desc:"PEM file of the CA of Consul's HTTPS certificate; setting any CONSUL_TLS_* uses https"`
+	ConsulTLSCert   string        `envconfig:"CONSUL_TLS_CERT" desc:"PEM client certificate for Consul"`
+	ConsulTLSKey    string        `envconfig:"CONSUL_TLS_KEY" desc:"PEM key of DELAYQ_CONSUL_TLS_CERT"`
 	ConsulKey       string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
 	Goroutines      int           `envconfig:"GOROUTINES" default:"32" desc:"scan: claim loops per scanner process"`
 	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
@@ -49,13 +65,61 @@ type Config struct {
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
 }
 
-// loadConfig reads and checks the environment.
+// loadConfig reads and checks the environment, reading secrets given as
+// *_FILE variables.
 func loadConfig() (Config, error) {
 	var c Config
 	if err := envconfig.Process(envPrefix, &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
+	for _, s := range []struct {
+		name, file string
+		value      *string
+	}{
+		{"REDIS_PASSWORD", c.RedisPassFile, &c.RedisPassword},
+		{"AMQP_URL", c.AMQPURLFile, &c.AMQPURL},
+		{"CONSUL_TOKEN", c.ConsulTokenFile, &c.ConsulToken},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if _, set := os.LookupEnv(envPrefix + "_" + s.name); set {
+			return c, fmt.Errorf("give %s_%s or %s_%s_FILE, not both", envPrefix, s.name, envPrefix, s.name)
+		}
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			return c, fmt.Errorf("%s_%s_FILE: %w", envPrefix, s.name, err)
+		}
+		*s.value = strings.TrimRight(string(b), "\r\n")
+	}
 	return c, c.validate()
+}
+
+// tlsFiles builds a client TLS configuration from PEM files; errors name
+// the variable and the file, never a key's contents.
+func tlsFiles(prefix, ca, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CA: %w", prefix, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s_CA %s: no PEM certificate in it", prefix, ca)
+		}
+	}
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("%s_CERT and %s_KEY go together", prefix, prefix)
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CERT/_KEY (%s, %s): %w", prefix, cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 func (c Config) validate() error {
@@ -99,7 +163,12 @@ func newConsul(c Config) (*api.Client, error) {
 	if c.ConsulAddr == "" {
 		return nil, nil
 	}
-	cl, err := api.NewClient(&api.Config{Address: c.ConsulAddr, Token: c.ConsulToken})
+	cfg := &api.Config{Address: c.ConsulAddr, Token: c.ConsulToken}
+	if c.ConsulTLSCA != "" || c.ConsulTLSCert != "" || c.ConsulTLSKey != "" {
+		cfg.Scheme = "https"
+		cfg.TLSConfig = api.TLSConfig{CAFile: c.ConsulTLSCA, CertFile: c.ConsulTLSCert, KeyFile: c.ConsulTLSKey}
+	}
+	cl, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s_CONSUL_ADDR %s: %w", envPrefix, c.ConsulAddr, err)
 	}
@@ -142,14 +211,22 @@ func newLogger(c Config, w io.Writer) (*zap.Logger, error) {
 // newRedis returns the Redis client of the config: a cluster client for
 // several addresses or DELAYQ_REDIS_CLUSTER, else a single-server client.
 // The caller closes it.
-func newRedis(c Config) redis.UniversalClient {
+func newRedis(c Config) (redis.UniversalClient, error) {
+	var tlsCfg *tls.Config
+	if c.RedisTLS {
+		var err error
+		if tlsCfg, err = tlsFiles(envPrefix+"_REDIS_TLS", c.RedisTLSCA, c.RedisTLSCert, c.RedisTLSKey); err != nil {
+			return nil, err
+		}
+	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
+		TLSConfig:     tlsCfg,
 		Addrs:         c.RedisAddrs,
 		Username:      c.RedisUsername,
 		Password:      c.RedisPassword,
 		DB:            c.RedisDB,
 		IsClusterMode: c.RedisCluster,
-	})
+	}), nil
 }
 
 // pingRedis fails fast, with the address, when Redis cannot be reached.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -159,7 +160,10 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, error) 
 
 // connect opens Redis and the store, failing fast when Redis is down.
 func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store, error) {
-	rdb := newRedis(e.cfg)
+	rdb, err := newRedis(e.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := pingRedis(ctx, rdb, e.cfg); err != nil {
 		_ = rdb.Close()
 		return nil, nil, err
@@ -259,7 +263,13 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	}
 	defer rdb.Close()
 	host, _ := os.Hostname()
-	pub, err := publisher.New(publisher.Options{URL: c.AMQPURL, ConnectionName: "delayq-scanner " + host}, e.log)
+	var amqpTLS *tls.Config
+	if strings.HasPrefix(c.AMQPURL, "amqps://") {
+		if amqpTLS, err = tlsFiles(envPrefix+"_AMQP_TLS", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey); err != nil {
+			return e.fail("scan", err)
+		}
+	}
+	pub, err := publisher.New(publisher.Options{URL: c.AMQPURL, TLS: amqpTLS, ConnectionName: "delayq-scanner " + host}, e.log)
 	if err != nil {
 		return e.fail("scan", err)
 	}
@@ -274,8 +284,12 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = pub.WaitConnected(wctx)
 	cancel()
-	if errors.Is(err, publisher.ErrAccessRefused) {
+	switch {
+	case errors.Is(err, publisher.ErrAccessRefused):
 		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check the user and password of %s_AMQP_URL)",
+			publisher.Redact(c.AMQPURL), err, envPrefix))
+	case errors.Is(err, publisher.ErrTLS):
+		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check %s_AMQP_TLS_CA and the URL's host)",
 			publisher.Redact(c.AMQPURL), err, envPrefix))
 	}
 	layout, consul, stopLayout, err := e.layout(ctx, st, true)

@@ -24,16 +24,26 @@ const rabbitBin = "/usr/lib/rabbitmq/bin/"
 
 // Rabbit is a RabbitMQ node run as a child process group.
 type Rabbit struct {
-	URL  string // amqp://guest:guest@127.0.0.1:PORT/
-	Dir  string
-	env  []string
-	epmd *shardtest.Proc // our own epmd on a private port, owned and killed by PID
-	node *shardtest.Proc
+	URL    string // amqp://guest:guest@127.0.0.1:PORT/
+	TLSURL string // amqps://guest:guest@127.0.0.1:PORT/ when started with TLS
+	Dir    string
+	env    []string
+	epmd   *shardtest.Proc // our own epmd on a private port, owned and killed by PID
+	node   *shardtest.Proc
+}
+
+// Options configure StartRabbitWith.
+type Options struct {
+	// TLS, when set, adds a TLS listener (Rabbit.TLSURL) with these files.
+	TLS *shardtest.Certs
 }
 
 // StartRabbit starts a node in a new temporary directory and waits until it
 // accepts AMQP connections (about 5-10 s).
-func StartRabbit() (*Rabbit, error) {
+func StartRabbit() (*Rabbit, error) { return StartRabbitWith(Options{}) }
+
+// StartRabbitWith is StartRabbit with options.
+func StartRabbitWith(opts Options) (*Rabbit, error) {
 	if _, err := os.Stat(rabbitBin + "rabbitmq-server"); err != nil {
 		return nil, fmt.Errorf("rabbitmq-server: %w", shardtest.ErrNoBinary)
 	}
@@ -41,15 +51,21 @@ func StartRabbit() (*Rabbit, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ports [3]int
+	var ports [4]int
 	for i := range ports {
 		if ports[i], err = shardtest.FreePort(); err != nil {
 			return nil, err
 		}
 	}
 	amqpPort, distPort, epmdPort := ports[0], ports[1], ports[2]
+	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort)
+	if opts.TLS != nil {
+		conf += fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\nssl_options.cacertfile = %s\nssl_options.certfile = %s\n"+
+			"ssl_options.keyfile = %s\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
+			ports[3], opts.TLS.CA, opts.TLS.Cert, opts.TLS.Key)
+	}
 	files := map[string]string{
-		"rabbit.conf":     fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort),
+		"rabbit.conf":     conf,
 		"advanced.config": "[].\n",
 		"plugins":         "[].\n",
 		"env.conf":        "",
@@ -63,6 +79,9 @@ func StartRabbit() (*Rabbit, error) {
 	r := &Rabbit{
 		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
 		Dir: dir,
+	}
+	if opts.TLS != nil {
+		r.TLSURL = fmt.Sprintf("amqps://guest:guest@127.0.0.1:%d/", ports[3])
 	}
 	r.env = append(os.Environ(),
 		"HOME="+dir,

@@ -8,6 +8,8 @@ package shardtest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -62,6 +64,7 @@ type Redis struct {
 	args     []string
 	proc     *Proc
 	password string
+	tls      *Certs
 }
 
 // RedisOptions configure StartRedis.
@@ -72,6 +75,8 @@ type RedisOptions struct {
 
 	// Password, when set, is required of clients (requirepass).
 	Password string
+	// TLS, when set, makes the server speak only TLS with these files.
+	TLS *Certs
 
 	port    int  // set by StartCluster
 	cluster bool // cluster-enabled node
@@ -95,8 +100,15 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 		}
 	}
 	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir}
-	r.args = []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--daemonize", "no"}
+	portArgs := []string{"--port", strconv.Itoa(port)}
+	if opts.TLS != nil {
+		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", opts.TLS.Cert,
+			"--tls-key-file", opts.TLS.Key, "--tls-ca-cert-file", opts.TLS.CA, "--tls-auth-clients", "no"}
+		r.tls = opts.TLS
+	}
+	r.args = append([]string{bin}, portArgs...)
+	r.args = append(r.args, "--bind", "127.0.0.1", "--save", "",
+		"--dir", dir, "--logfile", filepath.Join(dir, "log"), "--daemonize", "no")
 	if opts.Password != "" {
 		r.args = append(r.args, "--requirepass", opts.Password)
 		r.password = opts.Password
@@ -124,7 +136,17 @@ func (r *Redis) Start() error {
 		return err
 	}
 	r.proc = p
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1, Password: r.password})
+	opts := &redis.Options{Addr: r.Addr, MaxRetries: -1, Password: r.password}
+	if r.tls != nil {
+		pool := x509.NewCertPool()
+		ca, err := os.ReadFile(r.tls.CA)
+		if err != nil {
+			return err
+		}
+		pool.AppendCertsFromPEM(ca)
+		opts.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	c := redis.NewClient(opts)
 	defer c.Close()
 	return p.WaitReady("redis-server on "+r.Addr, 10*time.Second, 20*time.Millisecond, filepath.Join(r.Dir, "log"), func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
