@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/delayq/delayq/balance"
@@ -40,6 +41,21 @@ func (w *world) setM(m int) {
 // cancelled and rescheduled; at the end every shard is empty.
 func TestResizeUnderLoad(t *testing.T) {
 	w := newWorld(t, 16)
+	resizeUnderLoad(t, w, redisSrv.Client(t))
+}
+
+// TestResizeUnderLoadOnCluster: the same on a 3-master Redis Cluster.
+func TestResizeUnderLoadOnCluster(t *testing.T) {
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	rdb := c.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := newWorld(t, 16, "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
+	resizeUnderLoad(t, w, rdb)
+}
+
+func resizeUnderLoad(t *testing.T, w *world, rdb redis.UniversalClient) {
 	key := w.withConsul(t)
 	w.consume()
 	w.setM(4)
@@ -48,7 +64,6 @@ func TestResizeUnderLoad(t *testing.T) {
 	}
 
 	// The test's producer follows M from Consul like a service would.
-	rdb := redisSrv.Client(t)
 	st, err := shard.NewStore(rdb, w.ns)
 	must(t, err)
 	watcher := balance.NewConsulWatcher(consul.Client(), key, zaptest.NewLogger(t))
