@@ -44,14 +44,25 @@ func Binary() (string, error) {
 
 // Consul is a dev agent (in-memory: a restart loses the KV store).
 type Consul struct {
-	Addr string // host:port of the HTTP API
-	Dir  string
-	args []string
-	proc *shardtest.Proc
+	Addr  string // host:port of the HTTP API
+	Dir   string
+	args  []string
+	proc  *shardtest.Proc
+	token string
+}
+
+// Options configure StartConsulWith.
+type Options struct {
+	// ACLToken, when set, turns ACLs on with a default-deny policy and this
+	// token as the management token.
+	ACLToken string
 }
 
 // StartConsul starts a dev agent and waits until it has a leader.
-func StartConsul() (*Consul, error) {
+func StartConsul() (*Consul, error) { return StartConsulWith(Options{}) }
+
+// StartConsulWith is StartConsul with options.
+func StartConsulWith(opts Options) (*Consul, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -71,6 +82,12 @@ func StartConsul() (*Consul, error) {
 		"-advertise", "127.0.0.1", "-http-port", strconv.Itoa(ports[0]), "-dns-port", "-1", "-grpc-port", "-1",
 		"-grpc-tls-port", "-1", "-serf-lan-port", strconv.Itoa(ports[1]), "-serf-wan-port", strconv.Itoa(ports[2]),
 		"-server-port", strconv.Itoa(ports[3]), "-disable-host-node-id", "-log-level", "warn"}
+	if opts.ACLToken != "" {
+		c.args = append(c.args, "-hcl", fmt.Sprintf(`acl { enabled = true
+default_policy = "deny"
+tokens { initial_management = %q } }`, opts.ACLToken))
+		c.token = opts.ACLToken
+	}
 	if err := c.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -116,7 +133,7 @@ func (c *Consul) Close() {
 
 // Client returns an API client of the agent.
 func (c *Consul) Client() *api.Client {
-	cl, err := api.NewClient(&api.Config{Address: c.Addr})
+	cl, err := api.NewClient(&api.Config{Address: c.Addr, Token: c.token})
 	if err != nil {
 		panic(err) // only for a malformed config, which this is not
 	}

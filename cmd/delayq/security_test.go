@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
 	"github.com/delayq/delayq/shard/shardtest"
 )
@@ -115,4 +116,27 @@ func TestSecretsFromFiles(t *testing.T) {
 	p := w.scan()
 	shardtest.WaitFor(t, 30*time.Second, func() bool { code, _ := get("http://" + p.metrics + "/readyz"); return code == 200 },
 		func() string { return "not ready with the URL from a file:\n" + p.log.String() })
+}
+
+// TestConsulACL: with ACLs on, the right token works and a wrong one gives
+// a clear error that names the key and not the token.
+func TestConsulACL(t *testing.T) {
+	acl, err := consultest.StartConsulWith(consultest.Options{ACLToken: "4d2f7a10-right-token"})
+	shardtest.Require(t, err)
+	t.Cleanup(acl.Close)
+	w := newWorld(t, 4, "DELAYQ_CONSUL_ADDR="+acl.Addr)
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		_, code := run(t, append(w.env, "DELAYQ_CONSUL_TOKEN=4d2f7a10-right-token"), "shards", "set", "4")
+		return code == 0 // ACL bootstrap takes a moment after the leader is elected
+	}, func() string {
+		out, _ := run(t, append(w.env, "DELAYQ_CONSUL_TOKEN=4d2f7a10-right-token"), "shards", "set", "4")
+		return "set with the right token: " + out
+	})
+	out, code := run(t, append(w.env, "DELAYQ_CONSUL_TOKEN=9e1c0b22-wrong-token"), "shards", "set", "8")
+	if code == 0 || !strings.Contains(out, "delayq/") || strings.Contains(out, "9e1c0b22") {
+		t.Errorf("wrong token: %d %s", code, out)
+	}
+	if out, code := run(t, append(w.env, "DELAYQ_CONSUL_TOKEN=4d2f7a10-right-token"), "shards"); code != 0 || !strings.Contains(out, "M 4 from consul") {
+		t.Errorf("shards with the right token: %d %s", code, out)
+	}
 }
