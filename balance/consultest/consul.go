@@ -8,6 +8,8 @@ package consultest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -49,6 +51,7 @@ type Consul struct {
 	args  []string
 	proc  *shardtest.Proc
 	token string
+	tls   *shardtest.Certs
 }
 
 // Options configure StartConsulWith.
@@ -56,6 +59,9 @@ type Options struct {
 	// ACLToken, when set, turns ACLs on with a default-deny policy and this
 	// token as the management token.
 	ACLToken string
+	// TLS, when set, serves the HTTP API over HTTPS only (Consul.Addr is
+	// then the HTTPS port).
+	TLS *shardtest.Certs
 }
 
 // StartConsul starts a dev agent and waits until it has a leader.
@@ -82,6 +88,20 @@ func StartConsulWith(opts Options) (*Consul, error) {
 		"-advertise", "127.0.0.1", "-http-port", strconv.Itoa(ports[0]), "-dns-port", "-1", "-grpc-port", "-1",
 		"-grpc-tls-port", "-1", "-serf-lan-port", strconv.Itoa(ports[1]), "-serf-wan-port", strconv.Itoa(ports[2]),
 		"-server-port", strconv.Itoa(ports[3]), "-disable-host-node-id", "-log-level", "warn"}
+	if opts.TLS != nil {
+		// The HTTPS port takes the address; plain HTTP is turned off.
+		c.args = append(c.args, "-https-port", strconv.Itoa(ports[0]), "-hcl", fmt.Sprintf(`tls { defaults {
+ca_file = %q
+cert_file = %q
+key_file = %q
+verify_incoming = false } }`, opts.TLS.CA, opts.TLS.Cert, opts.TLS.Key))
+		for i, a := range c.args {
+			if a == "-http-port" {
+				c.args[i+1] = "-1"
+			}
+		}
+		c.tls = opts.TLS
+	}
 	if opts.ACLToken != "" {
 		c.args = append(c.args, "-hcl", fmt.Sprintf(`acl { enabled = true
 default_policy = "deny"
@@ -104,8 +124,19 @@ func (c *Consul) Start() error {
 	}
 	c.proc = p
 	hc := &http.Client{Timeout: time.Second}
+	scheme := "http://"
+	if c.tls != nil {
+		scheme = "https://"
+		pool := x509.NewCertPool()
+		ca, err := os.ReadFile(c.tls.CA)
+		if err != nil {
+			return err
+		}
+		pool.AppendCertsFromPEM(ca)
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
 	return p.WaitReady("consul", 30*time.Second, 20*time.Millisecond, logFile, func() error {
-		resp, err := hc.Get("http://" + c.Addr + "/v1/status/leader")
+		resp, err := hc.Get(scheme + c.Addr + "/v1/status/leader")
 		if err != nil {
 			return err
 		}
@@ -133,7 +164,12 @@ func (c *Consul) Close() {
 
 // Client returns an API client of the agent.
 func (c *Consul) Client() *api.Client {
-	cl, err := api.NewClient(&api.Config{Address: c.Addr, Token: c.token})
+	cfg := &api.Config{Address: c.Addr, Token: c.token}
+	if c.tls != nil {
+		cfg.Scheme = "https"
+		cfg.TLSConfig = api.TLSConfig{CAFile: c.tls.CA}
+	}
+	cl, err := api.NewClient(cfg)
 	if err != nil {
 		panic(err) // only for a malformed config, which this is not
 	}

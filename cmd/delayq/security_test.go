@@ -140,3 +140,24 @@ func TestConsulACL(t *testing.T) {
 		t.Errorf("shards with the right token: %d %s", code, out)
 	}
 }
+
+// TestConsulTLS: Consul's API over HTTPS only, with the test CA.
+func TestConsulTLS(t *testing.T) {
+	certs, err := shardtest.WriteTestCerts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consultest.StartConsulWith(consultest.Options{TLS: &certs})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	w := newWorld(t, 4, "DELAYQ_CONSUL_ADDR="+c.Addr)
+	if out, code := run(t, append(w.env, "DELAYQ_CONSUL_TLS_CA="+certs.CA), "shards", "set", "6"); code != 0 {
+		t.Fatalf("shards set over HTTPS: %d %s", code, out)
+	}
+	if out, code := run(t, append(w.env, "DELAYQ_CONSUL_TLS_CA="+certs.CA), "shards"); code != 0 || !strings.Contains(out, "M 6 from consul") {
+		t.Errorf("shards over HTTPS: %d %s", code, out)
+	}
+	if out, code := run(t, w.env, "shards", "set", "8"); code == 0 {
+		t.Errorf("plain HTTP to an HTTPS-only agent succeeded: %s", out)
+	}
+}
