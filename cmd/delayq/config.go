@@ -144,6 +144,21 @@ func (c Config) validate() error {
 	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s_LOG_LEVEL: %w", envPrefix, err)
 	}
+	// TLS files are checked now, so that a missing key or a bad CA file is
+	// a configuration error (exit 2), not a connection failure.
+	if c.RedisTLS {
+		if _, err := tlsFiles(envPrefix+"_REDIS_TLS", c.RedisTLSCA, c.RedisTLSCert, c.RedisTLSKey); err != nil {
+			return err
+		}
+	}
+	if strings.HasPrefix(c.AMQPURL, "amqps://") {
+		if _, err := tlsFiles(envPrefix+"_AMQP_TLS", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey); err != nil {
+			return err
+		}
+	}
+	if (c.ConsulTLSCert == "") != (c.ConsulTLSKey == "") {
+		return fmt.Errorf("%s_CONSUL_TLS_CERT and %s_CONSUL_TLS_KEY go together", envPrefix, envPrefix)
+	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		return fmt.Errorf("%s_LOG_FORMAT: %q, want json or console", envPrefix, c.LogFormat)
 	}

@@ -57,9 +57,24 @@ func TestRedisTLS(t *testing.T) {
 	if out, code := run(t, w.env, "stats"); code == 0 || !strings.Contains(out, r.Addr) {
 		t.Errorf("plain text to a TLS port: %d %s", code, out)
 	}
-	if out, code := run(t, append(w.env, "DELAYQ_REDIS_TLS=true", "DELAYQ_REDIS_TLS_CA="+certs.Key), "stats"); code == 0 ||
+	if out, code := run(t, append(w.env, "DELAYQ_REDIS_TLS=true", "DELAYQ_REDIS_TLS_CA="+certs.Key), "stats"); code != 2 ||
 		!strings.Contains(out, "DELAYQ_REDIS_TLS_CA") {
 		t.Errorf("a key file as CA: %d %s", code, out)
+	}
+
+	// Mutual TLS: the server wants a client certificate.
+	m, err := shardtest.StartRedis(shardtest.RedisOptions{TLS: &certs, ClientCerts: true})
+	shardtest.Require(t, err)
+	t.Cleanup(m.Close)
+	env := append(w.env, "DELAYQ_REDIS_ADDRS="+m.Addr, "DELAYQ_REDIS_TLS=true", "DELAYQ_REDIS_TLS_CA="+certs.CA)
+	if out, code := run(t, env, "stats"); code == 0 {
+		t.Errorf("mutual TLS without a client certificate succeeded: %s", out)
+	}
+	if out, code := run(t, append(env, "DELAYQ_REDIS_TLS_CERT="+certs.Cert, "DELAYQ_REDIS_TLS_KEY="+certs.Key), "stats"); code != 0 {
+		t.Errorf("mutual TLS with a client certificate: %d %s", code, out)
+	}
+	if out, code := run(t, append(env, "DELAYQ_REDIS_TLS_CERT="+certs.Cert), "stats"); code != 2 || !strings.Contains(out, "go together") {
+		t.Errorf("a certificate without its key: %d %s", code, out)
 	}
 }
 

@@ -77,6 +77,9 @@ type RedisOptions struct {
 	Password string
 	// TLS, when set, makes the server speak only TLS with these files.
 	TLS *Certs
+	// ClientCerts makes a TLS server require client certificates signed by
+	// the CA (mutual TLS).
+	ClientCerts bool
 
 	port    int  // set by StartCluster
 	cluster bool // cluster-enabled node
@@ -104,6 +107,9 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	if opts.TLS != nil {
 		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", opts.TLS.Cert,
 			"--tls-key-file", opts.TLS.Key, "--tls-ca-cert-file", opts.TLS.CA, "--tls-auth-clients", "no"}
+		if opts.ClientCerts {
+			portArgs[len(portArgs)-1] = "yes"
+		}
 		r.tls = opts.TLS
 	}
 	r.args = append([]string{bin}, portArgs...)
@@ -145,6 +151,9 @@ func (r *Redis) Start() error {
 		}
 		pool.AppendCertsFromPEM(ca)
 		opts.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if pair, err := tls.LoadX509KeyPair(r.tls.Cert, r.tls.Key); err == nil {
+			opts.TLSConfig.Certificates = []tls.Certificate{pair} // for servers that require one
+		}
 	}
 	c := redis.NewClient(opts)
 	defer c.Close()
