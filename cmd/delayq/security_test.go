@@ -176,3 +176,21 @@ func TestConsulTLS(t *testing.T) {
 		t.Errorf("plain HTTP to an HTTPS-only agent succeeded: %s", out)
 	}
 }
+
+// TestRedisACLUser: a Redis 6+ ACL user with its own password.
+func TestRedisACLUser(t *testing.T) {
+	r, err := shardtest.StartRedis(shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(r.Close)
+	admin := r.Client(t)
+	must(t, admin.Do(t.Context(), "ACL", "SETUSER", "delayq", "on", ">user-secret", "~delayq:*", "&*", "+@all").Err())
+	must(t, admin.Do(t.Context(), "ACL", "SETUSER", "default", "off").Err())
+	w := newWorld(t, 4, "DELAYQ_REDIS_ADDRS="+r.Addr)
+	if out, code := run(t, append(w.env, "DELAYQ_REDIS_USERNAME=delayq", "DELAYQ_REDIS_PASSWORD=user-secret"), "stats"); code != 0 {
+		t.Errorf("ACL user: %d %s", code, out)
+	}
+	out, code := run(t, append(w.env, "DELAYQ_REDIS_USERNAME=delayq", "DELAYQ_REDIS_PASSWORD=not-it"), "stats")
+	if code == 0 || !strings.Contains(out, "WRONGPASS") || strings.Contains(out, "not-it") {
+		t.Errorf("wrong ACL password: %d %s", code, out)
+	}
+}
