@@ -1,19 +1,13 @@
 package main_test
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/balance/consultest"
-	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -58,49 +52,8 @@ func TestConsulOutageAndBadValue(t *testing.T) {
 	w.setM(8)
 	w.scan()
 	w.scan()
-	rdb := redisSrv.Client(t)
-	st, err := shard.NewStore(rdb, w.ns)
-	must(t, err)
-	watcher := balance.NewConsulWatcher(own.Client(), key, zaptest.NewLogger(t))
-	must(t, watcher.Start(t.Context(), 5*time.Second))
-	defer watcher.Stop()
-	layout := balance.NewLayout(watcher, st, balance.LayoutOptions{})
-	must(t, layout.Start(t.Context()))
-	defer layout.Stop()
-	prod := shard.NewProducer(st, layout, shard.ProducerOptions{})
-
-	var mu sync.Mutex
-	var ids []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond): // a steady producer, not a wait
-			}
-			batch := make([]shard.Message, 10)
-			for i := range batch {
-				batch[i] = shard.Message{ID: fmt.Sprintf("co-%d-%d", n, i), Exchange: w.exchange, RoutingKey: "rk",
-					Delay: time.Duration(rand.IntN(1000)) * time.Millisecond}
-			}
-			res, err := prod.EnqueueBatch(t.Context(), batch)
-			if err != nil {
-				t.Errorf("enqueue during the outage: %v", err)
-				return
-			}
-			mu.Lock()
-			for _, r := range res {
-				if r.Err != nil {
-					t.Errorf("enqueue %s: %v", r.ID, r.Err)
-				} else {
-					ids = append(ids, r.ID)
-				}
-			}
-			mu.Unlock()
-		}
-	})
+	prod, layout := w.consulProducer(t, own.Client(), key, redisSrv.Client(t))
+	flow := w.produce(t, prod, "co", 50*time.Millisecond, 10, time.Second, nil)
 	w.waitSome(100, 20*time.Second)
 	must(t, own.Put(t.Context(), key, "abc"))
 	time.Sleep(time.Second) // load flows with the bad value in place
@@ -114,11 +67,7 @@ func TestConsulOutageAndBadValue(t *testing.T) {
 	}
 	must(t, own.Start())
 	time.Sleep(2 * time.Second) // load flows with Consul back but the key gone
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	all := append([]string(nil), ids...)
-	mu.Unlock()
+	all := flow.Stop()
 	dups := w.waitDelivered(all, 60*time.Second)
 	t.Logf("%d messages through a bad M and a 30 s Consul outage, %d duplicates", len(all), dups)
 	// The restarted dev agent is empty: delayq shards says so.

@@ -4,14 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
@@ -64,15 +62,7 @@ func resizeUnderLoad(t *testing.T, w *world, rdb redis.UniversalClient) {
 	}
 
 	// The test's producer follows M from Consul like a service would.
-	st, err := shard.NewStore(rdb, w.ns)
-	must(t, err)
-	watcher := balance.NewConsulWatcher(consul.Client(), key, zaptest.NewLogger(t))
-	must(t, watcher.Start(t.Context(), 5*time.Second))
-	defer watcher.Stop()
-	layout := balance.NewLayout(watcher, st, balance.LayoutOptions{Log: zaptest.NewLogger(t)})
-	must(t, layout.Start(t.Context()))
-	defer layout.Stop()
-	prod := shard.NewProducer(st, layout, shard.ProducerOptions{})
+	prod, layout := w.consulProducer(t, consul.Client(), key, rdb)
 
 	// Far-future messages written under M=4, cancelled or moved later.
 	var far []shard.Message
@@ -83,46 +73,23 @@ func resizeUnderLoad(t *testing.T, w *world, rdb redis.UniversalClient) {
 		t.Fatal(err)
 	}
 
-	var mu sync.Mutex
-	var expect []string
+	var cancelMu sync.Mutex
 	cancelled := map[string]bool{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond): // a steady producer, not a wait
-			}
-			batch := make([]shard.Message, 40)
-			for i := range batch {
-				batch[i] = shard.Message{ID: fmt.Sprintf("live-%d-%d", n, i), Exchange: w.exchange, RoutingKey: "rk",
-					Delay: time.Duration(rand.IntN(1500)) * time.Millisecond}
-			}
-			res, err := prod.EnqueueBatch(t.Context(), batch)
-			if err != nil {
-				t.Errorf("enqueue: %v", err)
-				return
-			}
-			mu.Lock()
-			for i, r := range res {
-				if r.Err != nil {
-					t.Errorf("enqueue %s: %v", r.ID, r.Err)
-					continue
-				}
-				if i == 0 && n%5 == 0 { // cancel some right away
-					if err := prod.Cancel(t.Context(), r.ID); err == nil {
-						cancelled[r.ID] = true
-						continue
-					} else if !errors.Is(err, shard.ErrInFlight) {
-						t.Errorf("cancel %s: %v", r.ID, err)
-					}
-				}
-				expect = append(expect, r.ID)
-			}
-			mu.Unlock()
+	live := w.produce(t, prod, "live", 20*time.Millisecond, 40, 1500*time.Millisecond, func(n, i int, id string) bool {
+		if i != 0 || n%5 != 0 { // cancel some right away
+			return true
 		}
+		err := prod.Cancel(t.Context(), id)
+		if err == nil {
+			cancelMu.Lock()
+			cancelled[id] = true
+			cancelMu.Unlock()
+			return false
+		}
+		if !errors.Is(err, shard.ErrInFlight) {
+			t.Errorf("cancel %s: %v", id, err)
+		}
+		return true
 	})
 	for _, m := range []int{16, 2, 8} {
 		time.Sleep(1500 * time.Millisecond) // load flows between resizes, by design
@@ -131,8 +98,7 @@ func resizeUnderLoad(t *testing.T, w *world, rdb redis.UniversalClient) {
 			func() string { return fmt.Sprintf("producer did not see M=%d", m) })
 	}
 	time.Sleep(1500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	expect := live.Stop()
 
 	// Written under M=4, found under M=8 after passing through 16 and 2.
 	for i := range 100 {
@@ -146,9 +112,7 @@ func resizeUnderLoad(t *testing.T, w *world, rdb redis.UniversalClient) {
 		}
 		expect = append(expect, id)
 	}
-	mu.Lock()
-	ids := append([]string(nil), expect...)
-	mu.Unlock()
+	ids := expect
 	w.waitDelivered(ids, 60*time.Second)
 	w.mu.Lock()
 	for id := range cancelled {
