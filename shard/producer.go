@@ -149,11 +149,14 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		res[i].Shard = pm.shard
 		todo = append(todo, i)
 	}
-	// Two passes at most: the second reruns commands refused with NOSCRIPT
-	// (Redis restarted and lost its script cache), which did not run.
+	// Two passes at most: the second loads the scripts and reruns the
+	// commands refused with NOSCRIPT (Redis restarted and lost its script
+	// cache), which did not run.
 	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
-		if err := p.store.Load(ctx); err != nil {
-			return res, p.failAll(res, todo, err)
+		if pass > 0 { // the retry pass: Redis forgot the scripts (restart, SCRIPT FLUSH)
+			if err := p.store.Load(ctx); err != nil {
+				return res, p.failAll(res, todo, err)
+			}
 		}
 		cmds := make([]*redis.Cmd, len(todo))
 		// Pipelined's own error is the first command's error; each command

@@ -672,3 +672,15 @@ func TestRetryBeforeAck(t *testing.T) {
 		t.Errorf("same step retried twice: %+v", again)
 	}
 }
+
+func TestStatsAfterScriptFlush(t *testing.T) {
+	b := setup(t, 2)
+	b.enqueue(t, "s", 0)
+	if err := b.rdb.ScriptFlush(b.ctx).Err(); err != nil { // as after a Redis restart
+		t.Fatal(err)
+	}
+	st, err := b.store.Stats(b.ctx, 2)
+	if err != nil || st[0].Scheduled+st[1].Scheduled != 1 {
+		t.Fatalf("stats after SCRIPT FLUSH: %+v %v", st, err)
+	}
+}

@@ -375,17 +375,23 @@ func (st Stats) OldestOverdue() time.Duration {
 
 // Stats counts shards [0, m) in one pipeline.
 func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
-	if err := s.Load(ctx); err != nil {
-		return nil, err
-	}
 	cmds := make([]*redis.Cmd, m)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			ks := ShardKeys(s.ns, i)
-			cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead, ks.Counters})
+	run := func() error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				ks := ShardKeys(s.ns, i)
+				cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead, ks.Counters})
+			}
+			return nil
+		})
+		return err
+	}
+	err := run()
+	if isNoScript(err) { // Redis forgot the scripts: load them, once, and run again
+		if err = s.Load(ctx); err == nil {
+			err = run()
 		}
-		return nil
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
