@@ -342,25 +342,7 @@ func TestUndeliverableGoesDead(t *testing.T) {
 // starts it again: every message still arrives.
 func TestBrokerRestartLosesNothing(t *testing.T) {
 	t.Parallel()
-	shardtest.Require(t, serverErr)
-	own, err := publishertest.StartRabbit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(own.Close)
-	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
-	var ids []string
-	var msgs []shard.Message
-	for i := range 1000 {
-		id := fmt.Sprintf("r-%d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Duration(i) * 3 * time.Millisecond})
-	}
-	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
-		t.Fatal(err)
-	}
-	shardtest.WaitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 200 },
-		func() string { return "flow did not start" })
+	f, own, ids := privateBrokerFlow(t, "r", 1000, 3*time.Millisecond, 200)
 	own.Kill()
 	t.Logf("RabbitMQ killed after %d published", f.scanner.Counts().Published)
 	time.Sleep(500 * time.Millisecond) // the outage itself, not a wait for a condition
@@ -414,25 +396,7 @@ func TestHotShardDrainsAtSingleShardSpeed(t *testing.T) {
 // every message arrives.
 func TestBrokerBlockingIsRespected(t *testing.T) {
 	t.Parallel()
-	shardtest.Require(t, serverErr)
-	own, err := publishertest.StartRabbit()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(own.Close)
-	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
-	var ids []string
-	var msgs []shard.Message
-	for i := range 2000 {
-		id := fmt.Sprintf("b-%d", i)
-		ids = append(ids, id)
-		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Duration(i) * 2 * time.Millisecond})
-	}
-	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
-		t.Fatal(err)
-	}
-	shardtest.WaitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= 300 },
-		func() string { return "flow did not start" })
+	f, own, ids := privateBrokerFlow(t, "b", 2000, 2*time.Millisecond, 300)
 	if out, err := own.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
 		t.Fatalf("memory alarm: %v %s", err, out)
 	}
@@ -446,6 +410,37 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	f.waitAll(ids, 60*time.Second)
 	c := f.scanner.Counts()
 	t.Logf("after the alarm: %+v", c)
+	// Had the scanner kept claiming while blocked, its leases would have
+	// expired or its publishes timed out: released or redelivered messages.
+	if c.Released != 0 || c.Redelivered != 0 || c.Reaped != 0 {
+		t.Errorf("claimed while the broker blocked publishers: %+v", c)
+	}
+}
+
+// privateBrokerFlow starts a RabbitMQ node of the test's own (so it can be
+// killed or blocked), a fleet on it, and n messages due every spacing; it
+// returns once started messages have been published.
+func privateBrokerFlow(t *testing.T, prefix string, n int, spacing time.Duration, started int64) (*fleet, *publishertest.Rabbit, []string) {
+	t.Helper()
+	shardtest.Require(t, serverErr)
+	own, err := publishertest.StartRabbit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close) // registered first: runs after the fleet's cleanups
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
+	ids := make([]string, n)
+	msgs := make([]shard.Message, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		msgs[i] = shard.Message{ID: ids[i], Topic: "t", Delay: time.Duration(i) * spacing}
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool { return f.scanner.Counts().Published >= started },
+		func() string { return "flow did not start" })
+	return f, own, ids
 }
 
 // TestSlowConsumer: a consumer far slower than the scanner lets its queue
