@@ -402,18 +402,22 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	}
 	shardtest.WaitFor(t, 20*time.Second, func() bool { return !f.pub.Ready() },
 		func() string { return "publisher never saw the broker block it" })
-	claimed := f.scanner.Counts().Claimed
-	t.Logf("blocked after %d published, %d claimed", f.scanner.Counts().Published, claimed)
+	atBlock := f.scanner.Counts()
+	t.Logf("blocked after %d published, %d claimed", atBlock.Published, atBlock.Claimed)
 	if out, err := own.Ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
 		t.Fatalf("clear alarm: %v %s", err, out)
 	}
 	f.waitAll(ids, 60*time.Second)
 	c := f.scanner.Counts()
 	t.Logf("after the alarm: %+v", c)
-	// Had the scanner kept claiming while blocked, its leases would have
-	// expired or its publishes timed out: released or redelivered messages.
-	if c.Released != 0 || c.Redelivered != 0 || c.Reaped != 0 {
-		t.Errorf("claimed while the broker blocked publishers: %+v", c)
+	// Messages already on the wire when the broker blocked time out and are
+	// released: at most those in flight then, plus one claim per goroutine
+	// racing the block notice. A scanner that kept claiming while blocked
+	// would fill its window (512) and release all of it.
+	inFlight := atBlock.Claimed - atBlock.Published
+	if limit := inFlight + 8; c.Released+c.Reaped > limit {
+		t.Errorf("%d released and %d reaped, more than the %d in flight when the block was seen (+8): kept claiming while blocked",
+			c.Released, c.Reaped, inFlight)
 	}
 }
 
