@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -316,7 +317,7 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		props.SetClientConnectionName(p.opts.ConnectionName)
 	}
 	conn, err := amqp.DialConfig(p.opts.URL, amqp.Config{
-		Dial:            amqp.DefaultDial(p.opts.DialTimeout),
+		Dial:            dialGathering(p.opts.DialTimeout),
 		Heartbeat:       10 * time.Second,
 		Properties:      props,
 		TLSClientConfig: p.opts.TLS,
@@ -346,6 +347,19 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		p.wg.Go(func() { p.handleChannel(conn, c) })
 	}
 	return conn, nil
+}
+
+// dialGathering dials like amqp.DefaultDial and wraps the connection in a
+// flushConn, so that concurrent publishes share write syscalls.
+func dialGathering(timeout time.Duration) func(network, addr string) (net.Conn, error) {
+	dial := amqp.DefaultDial(timeout)
+	return func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newFlushConn(c), nil
+	}
 }
 
 func (p *Publisher) dropConnection(conn *amqp.Connection) {

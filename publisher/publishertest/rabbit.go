@@ -135,6 +135,10 @@ func (r *Rabbit) Start() error {
 	})
 }
 
+// Pgid is the process group of the running node: the Erlang VM and its
+// helpers (for CPU accounting).
+func (r *Rabbit) Pgid() int { return r.node.Pid() }
+
 // Kill stops the node with SIGKILL (its whole process group) and waits for
 // it to exit. The data directory stays for a later Start.
 func (r *Rabbit) Kill() {

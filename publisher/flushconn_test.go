@@ -1,0 +1,140 @@
+package publisher
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pipePair returns a flushConn over a loopback TCP connection and the
+// other end of it.
+func pipePair(t *testing.T) (*flushConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = peer.Close() })
+	return newFlushConn(c), peer
+}
+
+// Concurrent writes each arrive whole and, per writer, in order: frames
+// from different publishes never interleave.
+func TestFlushConnKeepsWritesWhole(t *testing.T) {
+	f, peer := pipePair(t)
+	const writers, each = 8, 2000
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			rec := make([]byte, 16+w*37) // writer-specific sizes
+			for i := range each {
+				binary.BigEndian.PutUint32(rec[0:], uint32(len(rec)))
+				binary.BigEndian.PutUint32(rec[4:], uint32(w))
+				binary.BigEndian.PutUint64(rec[8:], uint64(i))
+				if _, err := f.Write(rec); err != nil {
+					t.Errorf("write: %v", err)
+					return
+				}
+			}
+		})
+	}
+	got := make(chan error, 1)
+	go func() {
+		r := bufio.NewReader(peer)
+		next := make([]uint64, writers)
+		head := make([]byte, 16)
+		for n := 0; n < writers*each; n++ {
+			if _, err := io.ReadFull(r, head); err != nil {
+				got <- err
+				return
+			}
+			size, w, i := binary.BigEndian.Uint32(head), binary.BigEndian.Uint32(head[4:]), binary.BigEndian.Uint64(head[8:])
+			if int(w) >= writers || int(size) != 16+int(w)*37 || i != next[w] {
+				got <- errors.New("interleaved or reordered write")
+				return
+			}
+			next[w]++
+			if _, err := io.CopyN(io.Discard, r, int64(size-16)); err != nil {
+				got <- err
+				return
+			}
+		}
+		got <- nil
+	}()
+	wg.Wait()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reader did not get every write")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Close sends what was gathered before it closes; later writes fail.
+func TestFlushConnCloseDrains(t *testing.T) {
+	f, peer := pipePair(t)
+	want := make([]byte, 3*maxUnflushed) // more than one gathering's worth
+	for i := range want {
+		want[i] = byte(i)
+	}
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(peer)
+		read <- b
+	}()
+	for off := 0; off < len(want); off += 1000 {
+		if _, err := f.Write(want[off:min(off+1000, len(want))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-read; len(b) != len(want) {
+		t.Fatalf("peer read %d bytes, want %d", len(b), len(want))
+	}
+	if _, err := f.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+}
+
+// A failed socket write fails every later Write: the AMQP client then
+// tears the connection down and its unconfirmed publishes fail.
+func TestFlushConnReportsWriteErrors(t *testing.T) {
+	f, peer := pipePair(t)
+	defer f.Close()
+	_ = f.Conn.(*net.TCPConn).CloseWrite() // our own side can no longer send
+	_ = peer
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := f.Write([]byte("publish")); err != nil {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("writes kept succeeding on a connection that cannot send")
+}
