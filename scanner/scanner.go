@@ -149,13 +149,16 @@ type Scanner struct {
 	window chan struct{} // one token per published, unconfirmed message
 	queue  chan sent     // published messages waiting for their confirms
 	acks   *ackBatcher
+	claims *claimer
 
 	mu          sync.Mutex
 	started     bool
 	stopClaims  context.CancelFunc
 	stopWork    context.CancelFunc
 	stopAcks    context.CancelFunc
+	stopClaimer context.CancelFunc
 	workers     sync.WaitGroup
+	claimerDone sync.WaitGroup
 	settlers    sync.WaitGroup
 	acker       sync.WaitGroup
 	subscriber  sync.WaitGroup
@@ -187,6 +190,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
 	s.acks = newAckBatcher(s)
+	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
 	return s, nil
 }
 
@@ -219,8 +223,10 @@ func (s *Scanner) Start(ctx context.Context) error {
 	claimCtx, stopClaims := context.WithCancel(context.Background())
 	workCtx, stopWork := context.WithCancel(context.Background())
 	ackCtx, stopAcks := context.WithCancel(context.Background())
-	s.stopWakeSub, s.stopClaims, s.stopWork, s.stopAcks = stopSub, stopClaims, stopWork, stopAcks
+	claimerLife, stopClaimer := context.WithCancel(context.Background())
+	s.stopWakeSub, s.stopClaims, s.stopWork, s.stopAcks, s.stopClaimer = stopSub, stopClaims, stopWork, stopAcks, stopClaimer
 	s.subscriber.Go(func() { s.listen(subCtx, sub) })
+	s.claimerDone.Go(func() { s.claims.run(claimerLife, workCtx) })
 	s.acker.Go(func() { s.acks.run(ackCtx, workCtx) })
 	for range settlers {
 		s.settlers.Go(func() { s.settle(workCtx, s.queue) })
@@ -236,7 +242,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 // Stop shuts down in this order:
 //
 //  1. stop claiming: no worker starts a new claim; workers finish
-//     publishing what they claimed and exit;
+//     publishing what they claimed and exit; then the claimer, which has
+//     answered every claim it took, stops;
 //  2. the settlers wait for the outstanding confirms and settle each
 //     message (dead-letter, release, or queue its ack);
 //  3. the ack batcher flushes the last acks;
@@ -257,6 +264,8 @@ func (s *Scanner) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()
+		s.stopClaimer()
+		s.claimerDone.Wait()
 		close(s.queue) // no more publishes: settlers end when it is drained
 		s.settlers.Wait()
 		s.stopAcks() // final flush, still bounded by workCtx
@@ -306,6 +315,7 @@ func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
 // work is one claim loop.
 func (s *Scanner) work(claimCtx, workCtx context.Context) {
 	empty, idle, fromBoard := 0, false, false
+	reply := make(chan claimReply, 1)
 	backoff := 50 * time.Millisecond
 	for claimCtx.Err() == nil {
 		if err := s.d.Publisher.WaitReady(claimCtx); err != nil {
@@ -338,7 +348,7 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 				continue
 			}
 		}
-		n, err := s.visit(claimCtx, workCtx, i)
+		n, err := s.visit(claimCtx, workCtx, i, reply)
 		if err != nil {
 			s.errLog.warn("claim", err)
 			sleep(claimCtx, backoff)
@@ -370,14 +380,14 @@ func sleep(ctx context.Context, d time.Duration) {
 // visit claims from shard i while claims come back full, up to the visit
 // budget, and delivers what it claims. A claim, once sent, is always
 // delivered (workCtx), even if claiming stops meanwhile.
-func (s *Scanner) visit(claimCtx, workCtx context.Context, i int) (int, error) {
+func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan claimReply) (int, error) {
 	total := 0
 	for range s.cfg.VisitBudget {
 		if claimCtx.Err() != nil {
 			break
 		}
 		start := time.Now()
-		res, err := s.d.Store.Claim(workCtx, i, s.cfg.ClaimBatch, s.cfg.Lease)
+		res, err := s.claims.claim(workCtx, i, reply)
 		if err != nil {
 			return total, err
 		}
