@@ -36,11 +36,12 @@ type config struct {
 	batches     []int
 	scanners    []int
 	goroutines  int
+	only        map[string]bool // scenarios to run; empty: all
 }
 
 func main() {
 	var c config
-	var batches, scanners string
+	var batches, scanners, only string
 	flag.StringVar(&c.delayq, "delayq", "bin/delayq", "path of the delayq binary")
 	flag.StringVar(&c.out, "out", "bench.json", "JSON results file")
 	flag.BoolVar(&c.quick, "quick", false, "small sizes: a smoke run of every scenario")
@@ -53,8 +54,16 @@ func main() {
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
 	flag.IntVar(&c.goroutines, "goroutines", 32, "goroutines per scanner process")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory); "+
+		"the ceilings always run, steady and burst take their k from saturated")
 	flag.Parse()
 	c.batches, c.scanners = ints(batches), ints(scanners)
+	if only != "" {
+		c.only = map[string]bool{}
+		for _, name := range strings.Split(only, ",") {
+			c.only[strings.TrimSpace(name)] = true
+		}
+	}
 	if c.quick {
 		c.steadyFor, c.idleFor = 6*time.Second, 10*time.Second
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000

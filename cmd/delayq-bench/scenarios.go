@@ -68,9 +68,15 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err := b.declareExchange(); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{b.ceilings, b.saturated, b.steady, b.burst, b.idle, b.memory}
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}}
 	for _, step := range steps {
-		if err := step(ctx); err != nil {
+		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
+			continue
+		}
+		if err := step.run(ctx); err != nil {
 			return r, err
 		}
 		if ctx.Err() != nil {
@@ -165,11 +171,13 @@ type ceilings struct {
 type claimRate struct {
 	Batch int     `json:"batch"`
 	Rate  float64 `json:"msgs_per_sec"`
+	CPU   *cpuUse `json:"cpu"`
 }
 
 type windowRate struct {
 	Window int     `json:"window"`
 	Rate   float64 `json:"msgs_per_sec"`
+	CPU    *cpuUse `json:"cpu"`
 }
 
 // limit is (c): the lower of the claim ceiling for batch k and the best
@@ -197,6 +205,7 @@ func (b *bench) ceilings(ctx context.Context) error {
 		}
 		var claimed atomic.Int64
 		var wg sync.WaitGroup
+		cpu0 := b.sampleCPU(nil)
 		start := time.Now()
 		for g := range c.Clients {
 			wg.Go(func() {
@@ -221,18 +230,21 @@ func (b *bench) ceilings(ctx context.Context) error {
 		}
 		wg.Wait()
 		rate := float64(claimed.Load()) / time.Since(start).Seconds()
-		c.ClaimBatches = append(c.ClaimBatches, claimRate{Batch: k, Rate: rate})
-		say("ceiling (a): claim script alone, k=%d: %.0f msg/s", k, rate)
+		cpu := b.sampleCPU(nil).since(cpu0, int(claimed.Load()))
+		c.ClaimBatches = append(c.ClaimBatches, claimRate{Batch: k, Rate: rate, CPU: cpu})
+		say("ceiling (a): claim script alone, k=%d: %.0f msg/s; CPU %s", k, rate, cpu)
 		b.rdb.FlushAll(ctx)
 	}
 	for _, w := range []int{32, 128, 512} {
+		cpu0 := b.sampleCPU(nil)
 		rate, err := b.bareAMQP(ctx, c.Channels, w, b.c.ceilingMsgs)
 		if err != nil {
 			return err
 		}
-		c.AMQPWindows = append(c.AMQPWindows, windowRate{Window: w, Rate: rate})
+		cpu := b.sampleCPU(nil).since(cpu0, b.c.ceilingMsgs)
+		c.AMQPWindows = append(c.AMQPWindows, windowRate{Window: w, Rate: rate, CPU: cpu})
 		c.AMQPBest = math.Max(c.AMQPBest, rate)
-		say("ceiling (b): bare amqp091-go, %d channels, window %d: %.0f msg/s", c.Channels, w, rate)
+		say("ceiling (b): bare amqp091-go, %d channels, window %d: %.0f msg/s; CPU %s", c.Channels, w, rate, cpu)
 	}
 	return nil
 }
@@ -439,21 +451,22 @@ type saturatedResult struct {
 	Messages int     `json:"messages"`
 	Rate     float64 `json:"msgs_per_sec"`
 	OfLimit  float64 `json:"of_limit"`
+	CPU      *cpuUse `json:"cpu"`
 }
 
 // drainBacklog fills n messages due at one moment 2 s ahead, starts the
 // fleet, and measures the rate from the first to the last delivery.
-func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners int) (rate float64, drain time.Duration, err error) {
+func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners int) (rate float64, drain time.Duration, cpu *cpuUse, err error) {
 	ns := b.namespace(what)
 	t := newTally()
 	stop, err := b.consume(ctx, ns, t)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer stop()
 	f, err := b.startFleet(ns, scanners, k, shards)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer f.stop()
 	// All due at one millisecond, far enough ahead that filling ends first
@@ -461,30 +474,33 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 	at := time.Now().Add(2*time.Second + time.Duration(n/20000)*time.Second).Truncate(time.Millisecond)
 	fillStart := time.Now()
 	if _, err := b.fill(ctx, ns, n, 0, at); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	say("  %d messages enqueued in %s", n, time.Since(fillStart).Round(time.Millisecond))
 	if time.Now().After(at) {
 		b.res.Notes = append(b.res.Notes, fmt.Sprintf("%s: filling %d messages ended after they fell due", what, n))
 	}
+	sleep(ctx, time.Until(at))
+	cpu0 := b.sampleCPU(f)
 	if !t.waitFor(ctx, n, time.Duration(n/500+60)*time.Second) {
-		return 0, 0, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
+		return 0, 0, nil, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
 	}
+	cpu = b.sampleCPU(f).since(cpu0, n)
 	t.mu.Lock()
 	drain = t.last.Sub(t.first)
 	t.mu.Unlock()
-	return float64(n) / drain.Seconds(), drain, nil
+	return float64(n) / drain.Seconds(), drain, cpu, nil
 }
 
 func (b *bench) saturated(ctx context.Context) error {
 	for _, k := range b.c.batches {
-		rate, _, err := b.drainBacklog(ctx, "saturated", b.c.backlog, k, 1)
+		rate, _, cpu, err := b.drainBacklog(ctx, "saturated", b.c.backlog, k, 1)
 		if err != nil {
 			return err
 		}
-		s := saturatedResult{Batch: k, Scanners: 1, Messages: b.c.backlog, Rate: rate, OfLimit: rate / b.res.Ceilings.limit(k)}
+		s := saturatedResult{Batch: k, Scanners: 1, Messages: b.c.backlog, Rate: rate, OfLimit: rate / b.res.Ceilings.limit(k), CPU: cpu}
 		b.res.Saturated = append(b.res.Saturated, s)
-		say("saturated dispatch, k=%d: %.0f msg/s (%.0f%% of limit)", k, rate, 100*s.OfLimit)
+		say("saturated dispatch, k=%d: %.0f msg/s (%.0f%% of limit); CPU %s", k, rate, 100*s.OfLimit, cpu)
 		b.rdb.FlushAll(ctx)
 	}
 	return nil
@@ -630,7 +646,8 @@ type burstResult struct {
 	// Descheduled counts slow entries that were single O(1) commands (the
 	// slow log also lists those run inside scripts): their time is the
 	// Redis thread waiting for a CPU, not work.
-	Descheduled int `json:"descheduled"`
+	Descheduled int     `json:"descheduled"`
+	CPU         *cpuUse `json:"cpu"`
 }
 
 func (b *bench) burst(ctx context.Context) error {
@@ -642,7 +659,7 @@ func (b *bench) burst(ctx context.Context) error {
 	for _, k := range ks {
 		b.rdb.SlowLogReset(ctx)
 		say("burst: %d messages due at one millisecond, k=%d ...", b.c.burst, k)
-		rate, drain, err := b.drainBacklog(ctx, "burst", b.c.burst, k, 1)
+		rate, drain, cpu, err := b.drainBacklog(ctx, "burst", b.c.burst, k, 1)
 		if err != nil {
 			return err
 		}
@@ -652,7 +669,7 @@ func (b *bench) burst(ctx context.Context) error {
 				sat = s.Rate
 			}
 		}
-		r := burstResult{Batch: k, Scanners: 1, Messages: b.c.burst, Rate: rate, Drain: drain, OfSaturated: rate / sat}
+		r := burstResult{Batch: k, Scanners: 1, Messages: b.c.burst, Rate: rate, Drain: drain, OfSaturated: rate / sat, CPU: cpu}
 		logs, err := b.rdb.SlowLogGet(ctx, 1000).Result()
 		if err != nil {
 			return err
@@ -853,5 +870,18 @@ func (b *bench) targets() {
 	if m := r.Memory; m != nil {
 		r.check("memory per pending message", m.BytesPerMessage <= float64(m.BodyBytes+200),
 			fmt.Sprintf("%.0f bytes", m.BytesPerMessage), fmt.Sprintf("<= body + 200 = %d", m.BodyBytes+200))
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }

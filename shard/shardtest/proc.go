@@ -40,6 +40,9 @@ func StartProc(cmd *exec.Cmd, logFile string) (*Proc, error) {
 	return p, nil
 }
 
+// Pid is the process's PID, which is also its process group ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Kill sends SIGKILL to the process group and waits for the process to exit.
 // It is safe on a nil or already killed Proc.
 func (p *Proc) Kill() {

@@ -164,6 +164,9 @@ func (r *Redis) Start() error {
 	})
 }
 
+// Pid is the running server's PID (for CPU accounting).
+func (r *Redis) Pid() int { return r.proc.Pid() }
+
 // Kill stops the server with SIGKILL and waits until the process is gone.
 // Its directory (and AOF) stays for a later Start.
 func (r *Redis) Kill() {
