@@ -31,7 +31,10 @@ const MaxIdleSleep = time.Second
 
 // Config tunes a Scanner. Zero fields take the documented defaults.
 type Config struct {
-	// Goroutines is the number of claim loops. Default 32.
+	// Goroutines is the number of claim loops. Their claims go to Redis in
+	// shared round trips (see claimer), so many loops are cheap, and at
+	// claim batch 1 they are what keeps enough messages moving: on a
+	// 2-core benchmark, 128 dispatched about 1.5x what 32 did. Default 128.
 	Goroutines int
 	// ClaimBatch is k, the most messages one claim takes. Default 1.
 	ClaimBatch int
@@ -62,7 +65,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Goroutines <= 0 {
-		c.Goroutines = 32
+		c.Goroutines = 128
 	}
 	if c.ClaimBatch <= 0 {
 		c.ClaimBatch = 1

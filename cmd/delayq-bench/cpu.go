@@ -67,6 +67,15 @@ func (s cpuSample) since(s0 cpuSample, n int) *cpuUse {
 	return u
 }
 
+// usTotal is the CPU time per message of all processes together.
+func (u *cpuUse) usTotal() float64 {
+	t := 0.0
+	for _, v := range u.UsPerMsg {
+		t += v
+	}
+	return t
+}
+
 func (u *cpuUse) String() string {
 	if u == nil {
 		return "-"

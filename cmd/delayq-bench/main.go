@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -53,7 +54,7 @@ func main() {
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
-	flag.IntVar(&c.goroutines, "goroutines", 32, "goroutines per scanner process")
+	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory); "+
 		"the ceilings always run, steady and burst take their k from saturated")
 	flag.Parse()
@@ -135,9 +136,25 @@ func (r *results) print(w *os.File) {
 	for _, k := range c.ClaimBatches {
 		fmt.Fprintf(tw, "(c) pipeline limit, k=%d\t%.0f\t\n", k.Batch, c.limit(k.Batch))
 	}
-	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due)\tmsg/s\tof limit (c)\t")
+	for _, k := range c.ClaimBatches {
+		fmt.Fprintf(tw, "(d) shared-core limit, k=%d: %d cores / CPU per message of (a)+(b)\t%.0f\t\n", k.Batch, runtime.NumCPU(), c.sharedLimit(k.Batch))
+	}
+	fmt.Fprintln(tw, "\nCPU PER MESSAGE\t\t")
+	for _, k := range c.ClaimBatches {
+		fmt.Fprintf(tw, "(a) k=%d\t%s\t\n", k.Batch, k.CPU)
+	}
+	for _, p := range c.AMQPWindows {
+		fmt.Fprintf(tw, "(b) window %d\t%s\t\n", p.Window, p.CPU)
+	}
 	for _, s := range r.Saturated {
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate, 100*s.OfLimit)
+		fmt.Fprintf(tw, "saturated k=%d\t%s\t\n", s.Batch, s.CPU)
+	}
+	for _, b := range r.Burst {
+		fmt.Fprintf(tw, "burst k=%d\t%s\t\n", b.Batch, b.CPU)
+	}
+	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due)\tmsg/s\tof limit (c)\tof limit (d)\t")
+	for _, s := range r.Saturated {
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f%%\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate, 100*s.OfLimit, 100*s.OfShared)
 	}
 	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\t")
 	for _, s := range r.Steady {

@@ -52,7 +52,7 @@ type Config struct {
 	ConsulTLSCert   string        `envconfig:"CONSUL_TLS_CERT" desc:"PEM client certificate for Consul"`
 	ConsulTLSKey    string        `envconfig:"CONSUL_TLS_KEY" desc:"PEM key of DELAYQ_CONSUL_TLS_CERT"`
 	ConsulKey       string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
-	Goroutines      int           `envconfig:"GOROUTINES" default:"32" desc:"scan: claim loops per scanner process"`
+	Goroutines      int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
 	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
 	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxBody         int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`

@@ -52,7 +52,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
-	if c.Shards != 16 || c.Goroutines != 32 || c.ClaimBatch != 1 || c.Namespace != "default" {
+	if c.Shards != 16 || c.Goroutines != 128 || c.ClaimBatch != 1 || c.Namespace != "default" {
 		t.Errorf("defaults %+v", c)
 	}
 }
