@@ -519,6 +519,17 @@ func (f *Confirm) resolve(err error) {
 // Done is closed when the outcome is known.
 func (f *Confirm) Done() <-chan struct{} { return f.done }
 
+// Err is the outcome once Done is closed (nil: confirmed), as Wait returns
+// it; before that it is nil and means nothing.
+func (f *Confirm) Err() error {
+	select {
+	case <-f.done:
+		return f.err
+	default:
+		return nil
+	}
+}
+
 // Wait returns nil once the broker confirmed the message, ErrReturned (a
 // *ReturnedError), ErrNacked or ErrConnectionLost, or ctx's error if ctx
 // ends first (the outcome is then unknown).

@@ -23,11 +23,30 @@ type sent struct {
 // success, dead-letter when returned, release otherwise. Several settle
 // goroutines read the same queue, so one slow confirm does not hold up the
 // others.
+//
+// One timer per settler, re-armed per message, bounds the wait (cheaper
+// than a context with a deadline per message); a confirm already in is
+// taken without arming it.
 func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for m := range queue {
-		wctx, cancel := context.WithDeadline(ctx, m.deadline)
-		err := m.confirm.Wait(wctx)
-		cancel()
+		var err error
+		select {
+		case <-m.confirm.Done():
+			err = m.confirm.Err()
+		default:
+			timer.Reset(time.Until(m.deadline))
+			select {
+			case <-m.confirm.Done():
+				err = m.confirm.Err()
+			case <-timer.C:
+				err = context.DeadlineExceeded
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			timer.Stop()
+		}
 		switch {
 		case err == nil:
 			now := time.Now()

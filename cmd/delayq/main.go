@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -240,10 +241,19 @@ func (e *env) fail(cmd string, err error) int {
 
 // runScan runs a scanner until ctx ends (SIGINT/SIGTERM), then shuts down:
 // scanner (stop claiming, settle what is in flight), publisher, Redis.
+// scanGCPercent is the scanner's GOGC unless the environment sets one.
+const scanGCPercent = 400
+
 func runScan(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 {
 		fmt.Fprintf(e.stderr, "delayq scan: unexpected arguments %q\n", args)
 		return exitUsage
+	}
+	if os.Getenv("GOGC") == "" {
+		// A scanner's heap is small and short-lived (a few MB of messages
+		// in flight): collecting it 4x less often costs little memory and
+		// saves a few percent of CPU per message. GOGC overrides it.
+		debug.SetGCPercent(scanGCPercent)
 	}
 	c := e.cfg
 	var routes *router.Table
