@@ -19,24 +19,41 @@ type dueBoard struct {
 
 	nextPatrol atomic.Int64 // unix ns before which no idle patrol starts
 
-	// offsetMs estimates Redis time minus local time, from claim replies,
-	// so sleeps are computed on the Redis clock that decides "due".
-	offsetMs atomic.Int64
+	// offsetUs estimates Redis time minus local time in microseconds, so
+	// that sleeps end on the Redis clock that decides "due". Each claim
+	// reply gives a sample: Redis read its clock (nowMs, truncated to the
+	// millisecond) somewhere between sending and receiving, so the sample
+	// is taken at the middle of both and of the millisecond, with an error
+	// of at most half the round trip plus half a millisecond. The sample
+	// with the shortest round trip of the last clockSampleTTL is kept:
+	// taking the receive time instead (as a naive estimate would) puts the
+	// Redis clock behind by the whole reply delay and the truncation, and
+	// every wake-up that much late.
+	offsetUs atomic.Int64
+	bestRTT  time.Duration // round trip of the kept sample; guarded by mu
+	bestAt   time.Time     // when it was taken; guarded by mu
 	now      func() time.Time
 }
+
+// clockSampleTTL is how long a clock sample with a short round trip is
+// preferred to newer ones with longer round trips.
+const clockSampleTTL = 2 * time.Second
 
 func newDueBoard(now func() time.Time) *dueBoard {
 	return &dueBoard{heads: map[int]int64{}, changed: make(chan struct{}), now: now}
 }
 
-func (b *dueBoard) redisNowMs() int64 { return b.now().UnixMilli() + b.offsetMs.Load() }
+func (b *dueBoard) redisNowUs() int64 { return b.now().UnixMicro() + b.offsetUs.Load() }
 
 // observe records a claim reply of shard i: its head (-1: empty) at Redis
-// time nowMs.
-func (b *dueBoard) observe(i int, headMs, nowMs int64) {
-	b.offsetMs.Store(nowMs - b.now().UnixMilli())
+// time nowMs, for a claim sent at sent and answered at recv.
+func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if rtt := recv.Sub(sent); rtt <= b.bestRTT || recv.Sub(b.bestAt) > clockSampleTTL {
+		b.bestRTT, b.bestAt = rtt, recv
+		b.offsetUs.Store(nowMs*1000 + 500 - sent.Add(rtt/2).UnixMicro())
+	}
 	if headMs < 0 {
 		delete(b.heads, i)
 		return
@@ -78,7 +95,7 @@ func (b *dueBoard) takeDue() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	best, bestDue := b.earliestLocked()
-	if best >= 0 && bestDue <= b.redisNowMs() {
+	if best >= 0 && bestDue*1000 <= b.redisNowUs() {
 		delete(b.heads, best)
 		return best
 	}
@@ -105,8 +122,8 @@ func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
 	for {
 		b.mu.Lock()
 		best, bestDue := b.earliestLocked()
-		nowMs := b.redisNowMs()
-		if best >= 0 && bestDue <= nowMs {
+		nowUs := b.redisNowUs()
+		if best >= 0 && bestDue*1000 <= nowUs {
 			delete(b.heads, best)
 			b.mu.Unlock()
 			return best
@@ -119,7 +136,7 @@ func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
 			return -1
 		}
 		if best >= 0 {
-			wake = min(wake, time.Duration(bestDue-nowMs)*time.Millisecond)
+			wake = min(wake, time.Duration(bestDue*1000-nowUs)*time.Microsecond)
 		}
 		if !timer.Stop() {
 			select {

@@ -389,14 +389,14 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		if claimCtx.Err() != nil {
 			break
 		}
-		start := time.Now()
+		start, sent := time.Now(), s.d.Now()
 		res, err := s.claims.claim(workCtx, i, reply)
 		if err != nil {
 			return total, err
 		}
 		s.d.Metrics.ClaimTime.Observe(time.Since(start).Seconds())
 		s.d.Metrics.Claimed.Add(float64(len(res.Msgs)))
-		s.board.observe(i, res.HeadMs, res.NowMs)
+		s.board.observe(i, res.HeadMs, res.NowMs, sent, s.d.Now())
 		s.reaped.Add(int64(res.Reaped))
 		if len(res.Msgs) == 0 {
 			break
