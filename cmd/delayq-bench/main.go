@@ -152,9 +152,10 @@ func (r *results) print(w *os.File) {
 	for _, b := range r.Burst {
 		fmt.Fprintf(tw, "burst k=%d\t%s\t\n", b.Batch, b.CPU)
 	}
-	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due)\tmsg/s\tof limit (c)\tof limit (d)\t")
+	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due; limits measured right before)\tmsg/s\tlimit (c)\tof (c)\tlimit (d)\tof (d)\t")
 	for _, s := range r.Saturated {
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f%%\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate, 100*s.OfLimit, 100*s.OfShared)
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
+			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared)
 	}
 	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\t")
 	for _, s := range r.Steady {
@@ -162,10 +163,10 @@ func (r *results) print(w *os.File) {
 			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing)
 	}
 	if len(r.Burst) > 0 {
-		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\t")
+		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tsaturated just before\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\t")
 		for _, b := range r.Burst {
-			fmt.Fprintf(tw, "k=%d, %d msgs, %d scanner(s)\t%.0f\t%.0f%%\t%s\t%s\t%d\t\n", b.Batch, b.Messages, b.Scanners, b.Rate,
-				100*b.OfSaturated, b.Drain.Round(100*time.Millisecond), time.Duration(b.SlowestMicros)*time.Microsecond, b.SlowOver5ms)
+			fmt.Fprintf(tw, "k=%d, %d msgs, %d scanner(s)\t%.0f\t%.0f\t%.0f%%\t%s\t%s\t%d\t\n", b.Batch, b.Messages, b.Scanners, b.Rate,
+				b.Saturated, 100*b.OfSaturated, b.Drain.Round(100*time.Millisecond), time.Duration(b.SlowestMicros)*time.Microsecond, b.SlowOver5ms)
 		}
 	}
 	for _, b := range r.Burst {

@@ -218,60 +218,102 @@ func (c ceilings) limit(k int) float64 {
 
 func (b *bench) ceilings(ctx context.Context) error {
 	c := &b.res.Ceilings
-	c.Clients, c.Channels = 32, 4
+	c.Clients, c.Channels = claimClients, amqpChannels
 	for _, k := range b.c.batches {
-		ns := b.namespace("ceiling-claim")
-		if _, err := b.fill(ctx, ns, b.c.ceilingMsgs, 0, time.Time{}); err != nil {
-			return err
-		}
-		st, _ := shard.NewStore(b.rdb, ns)
-		if err := st.Load(ctx); err != nil {
-			return err
-		}
-		var claimed atomic.Int64
-		var wg sync.WaitGroup
-		cpu0 := b.sampleCPU(nil)
-		start := time.Now()
-		for g := range c.Clients {
-			wg.Go(func() {
-				for i := g; ; i++ {
-					empty := 0
-					for empty < shards { // done when a whole round of shards is empty
-						r, err := st.Claim(ctx, i%shards, k, time.Hour)
-						if err != nil {
-							return
-						}
-						if len(r.Msgs) == 0 {
-							empty++
-							i++
-							continue
-						}
-						empty = 0
-						claimed.Add(int64(len(r.Msgs)))
-					}
-					return
-				}
-			})
-		}
-		wg.Wait()
-		rate := float64(claimed.Load()) / time.Since(start).Seconds()
-		cpu := b.sampleCPU(nil).since(cpu0, int(claimed.Load()))
-		c.ClaimBatches = append(c.ClaimBatches, claimRate{Batch: k, Rate: rate, CPU: cpu})
-		say("ceiling (a): claim script alone, k=%d: %.0f msg/s; CPU %s", k, rate, cpu)
-		b.rdb.FlushAll(ctx)
-	}
-	for _, w := range []int{32, 128, 512} {
-		cpu0 := b.sampleCPU(nil)
-		rate, err := b.bareAMQP(ctx, c.Channels, w, b.c.ceilingMsgs)
+		cr, err := b.claimCeiling(ctx, k, b.c.ceilingMsgs)
 		if err != nil {
 			return err
 		}
-		cpu := b.sampleCPU(nil).since(cpu0, b.c.ceilingMsgs)
-		c.AMQPWindows = append(c.AMQPWindows, windowRate{Window: w, Rate: rate, CPU: cpu})
-		c.AMQPBest = math.Max(c.AMQPBest, rate)
-		say("ceiling (b): bare amqp091-go, %d channels, window %d: %.0f msg/s; CPU %s", c.Channels, w, rate, cpu)
+		c.ClaimBatches = append(c.ClaimBatches, cr)
+	}
+	for _, w := range []int{32, 128, 512} {
+		wr, err := b.amqpCeiling(ctx, w, b.c.ceilingMsgs)
+		if err != nil {
+			return err
+		}
+		c.AMQPWindows = append(c.AMQPWindows, wr)
+		c.AMQPBest = math.Max(c.AMQPBest, wr.Rate)
 	}
 	return nil
+}
+
+const claimClients, amqpChannels = 32, 4
+
+// nearCeilings measures the ceilings for batch k again (the claim script,
+// and the AMQP window that was best at the start), right before a
+// scenario, with half the messages. The machine's speed drifts over a long
+// run (shared hosts; CPU credits), so each scenario is compared with
+// ceilings measured next to it, not minutes earlier.
+func (b *bench) nearCeilings(ctx context.Context, k int) (ceilings, error) {
+	c := ceilings{Clients: claimClients, Channels: amqpChannels}
+	cr, err := b.claimCeiling(ctx, k, b.c.ceilingMsgs/2)
+	if err != nil {
+		return c, err
+	}
+	best := 128
+	for _, w := range b.res.Ceilings.AMQPWindows {
+		if w.Rate == b.res.Ceilings.AMQPBest {
+			best = w.Window
+		}
+	}
+	wr, err := b.amqpCeiling(ctx, best, b.c.ceilingMsgs/2)
+	if err != nil {
+		return c, err
+	}
+	c.ClaimBatches, c.AMQPWindows, c.AMQPBest = []claimRate{cr}, []windowRate{wr}, wr.Rate
+	return c, nil
+}
+
+// claimCeiling: claimClients goroutines run the claim script with batch k
+// over n messages, all due, until every shard is empty.
+func (b *bench) claimCeiling(ctx context.Context, k, n int) (claimRate, error) {
+	ns := b.namespace("ceiling-claim")
+	if _, err := b.fill(ctx, ns, n, 0, time.Time{}); err != nil {
+		return claimRate{}, err
+	}
+	defer b.rdb.FlushAll(ctx)
+	st, _ := shard.NewStore(b.rdb, ns)
+	if err := st.Load(ctx); err != nil {
+		return claimRate{}, err
+	}
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	cpu0 := b.sampleCPU(nil)
+	start := time.Now()
+	for g := range claimClients {
+		wg.Go(func() {
+			for i, empty := g, 0; empty < shards; i++ { // done when a whole round of shards is empty
+				r, err := st.Claim(ctx, i%shards, k, time.Hour)
+				if err != nil {
+					return
+				}
+				if len(r.Msgs) == 0 {
+					empty++
+					continue
+				}
+				empty = 0
+				i-- // stay on a shard while it has messages
+				claimed.Add(int64(len(r.Msgs)))
+			}
+		})
+	}
+	wg.Wait()
+	rate := float64(claimed.Load()) / time.Since(start).Seconds()
+	cpu := b.sampleCPU(nil).since(cpu0, int(claimed.Load()))
+	say("ceiling (a): claim script alone, k=%d: %.0f msg/s; CPU %s", k, rate, cpu)
+	return claimRate{Batch: k, Rate: rate, CPU: cpu}, nil
+}
+
+// amqpCeiling measures bare amqp091-go with confirm window w over n messages.
+func (b *bench) amqpCeiling(ctx context.Context, w, n int) (windowRate, error) {
+	cpu0 := b.sampleCPU(nil)
+	rate, err := b.bareAMQP(ctx, amqpChannels, w, n)
+	if err != nil {
+		return windowRate{}, err
+	}
+	cpu := b.sampleCPU(nil).since(cpu0, n)
+	say("ceiling (b): bare amqp091-go, %d channels, window %d: %.0f msg/s; CPU %s", amqpChannels, w, rate, cpu)
+	return windowRate{Window: w, Rate: rate, CPU: cpu}, nil
 }
 
 // bareAMQP publishes n persistent 100-byte messages with confirms over
@@ -475,13 +517,16 @@ func (f *fleet) stop() {
 // ---- saturated dispatch ----
 
 type saturatedResult struct {
-	Batch    int     `json:"batch"`
-	Scanners int     `json:"scanners"`
-	Messages int     `json:"messages"`
-	Rate     float64 `json:"msgs_per_sec"`
-	OfLimit  float64 `json:"of_limit"`
-	OfShared float64 `json:"of_shared_limit"` // of (d)
-	CPU      *cpuUse `json:"cpu"`
+	Batch    int      `json:"batch"`
+	Scanners int      `json:"scanners"`
+	Messages int      `json:"messages"`
+	Rate     float64  `json:"msgs_per_sec"`
+	OfLimit  float64  `json:"of_limit"`
+	OfShared float64  `json:"of_shared_limit"` // of (d)
+	Limit    float64  `json:"limit"`           // (c), measured right before
+	Shared   float64  `json:"shared_limit"`    // (d), measured right before
+	Near     ceilings `json:"near_ceilings"`
+	CPU      *cpuUse  `json:"cpu"`
 }
 
 // drainBacklog fills n messages due at one moment 2 s ahead, starts the
@@ -524,16 +569,23 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 
 func (b *bench) saturated(ctx context.Context) error {
 	for _, k := range b.c.batches {
+		near, err := b.nearCeilings(ctx, k)
+		if err != nil {
+			return err
+		}
 		rate, _, cpu, err := b.drainBacklog(ctx, "saturated", b.c.backlog, k, 1)
 		if err != nil {
 			return err
 		}
-		s := saturatedResult{Batch: k, Scanners: 1, Messages: b.c.backlog, Rate: rate, OfLimit: rate / b.res.Ceilings.limit(k), CPU: cpu}
-		if d := b.res.Ceilings.sharedLimit(k); d > 0 {
-			s.OfShared = rate / d
+		s := saturatedResult{Batch: k, Scanners: 1, Messages: b.c.backlog, Rate: rate, Limit: near.limit(k), Shared: near.sharedLimit(k),
+			Near: near, CPU: cpu}
+		s.OfLimit = rate / s.Limit
+		if s.Shared > 0 {
+			s.OfShared = rate / s.Shared
 		}
 		b.res.Saturated = append(b.res.Saturated, s)
-		say("saturated dispatch, k=%d: %.0f msg/s (%.0f%% of limit); CPU %s", k, rate, 100*s.OfLimit, cpu)
+		say("saturated dispatch, k=%d: %.0f msg/s (%.0f%% of limit (c) %.0f, %.0f%% of limit (d) %.0f measured next to it); CPU %s",
+			k, rate, 100*s.OfLimit, s.Limit, 100*s.OfShared, s.Shared, cpu)
 		b.rdb.FlushAll(ctx)
 	}
 	return nil
@@ -573,7 +625,12 @@ func (b *bench) steady(ctx context.Context) error {
 		ks = append(ks, best)
 	}
 	for _, k := range ks {
-		limit := b.res.Ceilings.limit(k)
+		near, err := b.nearCeilings(ctx, k)
+		if err != nil {
+			return err
+		}
+		limit := near.limit(k)
+		say("steady k=%d: limit (c) measured now: %.0f msg/s", k, limit)
 		for _, n := range b.c.scanners {
 			for _, load := range []float64{0.25, 0.5, 0.9} {
 				s, err := b.steadyRun(ctx, k, n, load, limit*load)
@@ -672,6 +729,7 @@ type burstResult struct {
 	Messages      int           `json:"messages"`
 	Rate          float64       `json:"drain_per_sec"`
 	Drain         time.Duration `json:"drain_ns"`
+	Saturated     float64       `json:"saturated_near"` // saturated dispatch measured right before
 	OfSaturated   float64       `json:"of_saturated"`
 	SlowestMicros int64         `json:"slowest_command_us"`
 	SlowOver5ms   int           `json:"commands_over_5ms"`
@@ -690,19 +748,19 @@ func (b *bench) burst(ctx context.Context) error {
 		ks = append(ks, best)
 	}
 	for _, k := range ks {
+		// The saturated rate to compare with, measured right before.
+		sat, _, _, err := b.drainBacklog(ctx, "saturated-near", b.c.backlog, k, 1)
+		if err != nil {
+			return err
+		}
+		b.rdb.FlushAll(ctx)
 		b.rdb.SlowLogReset(ctx)
-		say("burst: %d messages due at one millisecond, k=%d ...", b.c.burst, k)
+		say("burst: %d messages due at one millisecond, k=%d (saturated dispatch just now: %.0f msg/s) ...", b.c.burst, k, sat)
 		rate, drain, cpu, err := b.drainBacklog(ctx, "burst", b.c.burst, k, 1)
 		if err != nil {
 			return err
 		}
-		var sat float64
-		for _, s := range b.res.Saturated {
-			if s.Batch == k {
-				sat = s.Rate
-			}
-		}
-		r := burstResult{Batch: k, Scanners: 1, Messages: b.c.burst, Rate: rate, Drain: drain, OfSaturated: rate / sat, CPU: cpu}
+		r := burstResult{Batch: k, Scanners: 1, Messages: b.c.burst, Rate: rate, Drain: drain, Saturated: sat, OfSaturated: rate / sat, CPU: cpu}
 		logs, err := b.rdb.SlowLogGet(ctx, 1000).Result()
 		if err != nil {
 			return err
