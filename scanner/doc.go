@@ -18,7 +18,7 @@
 //     settlers; then claim again at once, without waiting for the confirm.
 //     Settler goroutines wait for each confirm: a confirmed message's lease
 //     goes to the ack batcher, which acks per shard, all shards in one
-//     pipelined round trip, every millisecond or 256 leases; a returned one
+//     pipelined round trip, every 10 ms or 1,024 leases; a returned one
 //     is dead-lettered; one that failed for now (nack, connection lost,
 //     timeout) is released (due again after RetryDelay, as a redelivery).
 //     What can never be delivered (corrupt envelope, no route, missing

@@ -163,10 +163,10 @@ func (r *results) print(w *os.File) {
 			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing)
 	}
 	if len(r.Burst) > 0 {
-		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tsaturated just before\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\t")
+		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tsaturated just before\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\tof all cmds\t")
 		for _, b := range r.Burst {
-			fmt.Fprintf(tw, "k=%d, %d msgs, %d scanner(s)\t%.0f\t%.0f\t%.0f%%\t%s\t%s\t%d\t\n", b.Batch, b.Messages, b.Scanners, b.Rate,
-				b.Saturated, 100*b.OfSaturated, b.Drain.Round(100*time.Millisecond), time.Duration(b.SlowestMicros)*time.Microsecond, b.SlowOver5ms)
+			fmt.Fprintf(tw, "k=%d, %d msgs, %d scanner(s)\t%.0f\t%.0f\t%.0f%%\t%s\t%s\t%d\t%d\t\n", b.Batch, b.Messages, b.Scanners, b.Rate,
+				b.Saturated, 100*b.OfSaturated, b.Drain.Round(100*time.Millisecond), time.Duration(b.SlowestMicros)*time.Microsecond, b.SlowOver5ms, b.Commands)
 		}
 	}
 	for _, b := range r.Burst {
