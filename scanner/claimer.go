@@ -10,6 +10,11 @@ import (
 // maxClaimPipeline is the most claims one round trip carries.
 const maxClaimPipeline = 64
 
+// claimPipelines is how many round trips of claims a process has under way
+// at once: while Redis runs one pipeline, the next one gathers and goes
+// out, so Redis never waits for the scanner between two.
+const claimPipelines = 2
+
 // claimer sends the claims of all the workers of a process to Redis
 // together: the claims workers ask for while one round trip is under way
 // go out in the next one, as one pipeline (shard.Store.ClaimShards). Each
@@ -19,8 +24,9 @@ const maxClaimPipeline = 64
 // most of what a claim of one message costs. A lone claim goes out at once,
 // so an idle or lightly loaded process sees no added latency.
 //
-// The claimer's goroutine is started and stopped by the Scanner, after
-// the workers: it answers every request it took.
+// The claimer's goroutines (claimPipelines of them, serving the same
+// requests) are started and stopped by the Scanner, after the workers:
+// each answers every request it took.
 type claimer struct {
 	store *shard.Store
 	k     int

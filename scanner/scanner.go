@@ -229,7 +229,9 @@ func (s *Scanner) Start(ctx context.Context) error {
 	claimerLife, stopClaimer := context.WithCancel(context.Background())
 	s.stopWakeSub, s.stopClaims, s.stopWork, s.stopAcks, s.stopClaimer = stopSub, stopClaims, stopWork, stopAcks, stopClaimer
 	s.subscriber.Go(func() { s.listen(subCtx, sub) })
-	s.claimerDone.Go(func() { s.claims.run(claimerLife, workCtx) })
+	for range claimPipelines {
+		s.claimerDone.Go(func() { s.claims.run(claimerLife, workCtx) })
+	}
 	s.acker.Go(func() { s.acks.run(ackCtx, workCtx) })
 	for range settlers {
 		s.settlers.Go(func() { s.settle(workCtx, s.queue) })
