@@ -14,8 +14,9 @@ import (
 // exactly one of them (per process) visits that shard.
 type dueBoard struct {
 	mu      sync.Mutex
-	heads   map[int]int64 // shard -> due ms (Redis clock) of its earliest message
-	changed chan struct{} // closed and replaced when an earlier head appears
+	heads   map[int]int64     // shard -> due ms (Redis clock) of its earliest message
+	learned map[int]time.Time // shard -> when its head was last set (local clock)
+	changed chan struct{}     // closed and replaced when an earlier head appears
 
 	nextPatrol atomic.Int64 // unix ns before which no idle patrol starts
 
@@ -40,13 +41,19 @@ type dueBoard struct {
 const clockSampleTTL = 2 * time.Second
 
 func newDueBoard(now func() time.Time) *dueBoard {
-	return &dueBoard{heads: map[int]int64{}, changed: make(chan struct{}), now: now}
+	return &dueBoard{heads: map[int]int64{}, learned: map[int]time.Time{}, changed: make(chan struct{}), now: now}
 }
 
 func (b *dueBoard) redisNowUs() int64 { return b.now().UnixMicro() + b.offsetUs.Load() }
 
 // observe records a claim reply of shard i: its head (-1: empty) at Redis
 // time nowMs, for a claim sent at sent and answered at recv.
+//
+// A head learned after the claim was sent (a wake-up notice, another
+// claim's reply) may be newer than what this reply says: the claim may
+// have run before the enqueue that announced it. Then the reply can only
+// bring the head earlier, never forget it; forgetting it would leave the
+// message to the idle patrol, seconds late.
 func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -54,15 +61,34 @@ func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 		b.bestRTT, b.bestAt = rtt, recv
 		b.offsetUs.Store(nowMs*1000 + 500 - sent.Add(rtt/2).UnixMicro())
 	}
-	if headMs < 0 {
-		delete(b.heads, i)
+	old, ok := b.heads[i]
+	if ok && b.learned[i].After(sent) { // the reply may predate what we know
+		if headMs >= 0 && headMs < old {
+			b.setLocked(i, headMs)
+			b.broadcastLocked()
+		}
 		return
 	}
-	old, ok := b.heads[i]
-	b.heads[i] = headMs
+	if headMs < 0 {
+		b.forgetLocked(i)
+		return
+	}
+	b.setLocked(i, headMs)
 	if !ok || headMs < old {
 		b.broadcastLocked()
 	}
+}
+
+func (b *dueBoard) forgetLocked(i int) {
+	delete(b.heads, i)
+	delete(b.learned, i)
+}
+
+// setLocked records head due of shard i, learned now; the caller holds mu
+// and broadcasts if the head came earlier.
+func (b *dueBoard) setLocked(i int, due int64) {
+	b.heads[i] = due
+	b.learned[i] = b.now()
 }
 
 // notice records a wake-up notice: shard i has a new head due at dueMs.
@@ -72,7 +98,7 @@ func (b *dueBoard) notice(i int, dueMs int64) {
 	if old, ok := b.heads[i]; ok && old <= dueMs {
 		return
 	}
-	b.heads[i] = dueMs
+	b.setLocked(i, dueMs)
 	b.broadcastLocked()
 }
 
@@ -96,7 +122,7 @@ func (b *dueBoard) takeDue() int {
 	defer b.mu.Unlock()
 	best, bestDue := b.earliestLocked()
 	if best >= 0 && bestDue*1000 <= b.redisNowUs() {
-		delete(b.heads, best)
+		b.forgetLocked(best)
 		return best
 	}
 	return -1
@@ -124,7 +150,7 @@ func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
 		best, bestDue := b.earliestLocked()
 		nowUs := b.redisNowUs()
 		if best >= 0 && bestDue*1000 <= nowUs {
-			delete(b.heads, best)
+			b.forgetLocked(best)
 			b.mu.Unlock()
 			return best
 		}

@@ -73,3 +73,25 @@ func TestBoardWaitEndsAtDueTime(t *testing.T) {
 		t.Fatalf("woke after %s for a head due in about 30 ms", el)
 	}
 }
+
+// A claim reply that may predate a wake-up notice (the claim ran before the
+// enqueue that announced the head) cannot make the board forget that head.
+func TestBoardKeepsNoticeNewerThanClaim(t *testing.T) {
+	local := &fakeClock{t: time.UnixMilli(2_000_000)}
+	b := newDueBoard(local.now)
+	sent := local.t
+	local.t = local.t.Add(time.Millisecond)
+	b.notice(5, local.t.UnixMilli()+200) // arrives while the claim is under way
+	local.t = local.t.Add(time.Millisecond)
+	b.observe(5, -1, sent.UnixMilli(), sent, local.t) // "shard 5 is empty", from before the enqueue
+	if _, ok := b.heads[5]; !ok {
+		t.Fatal("a claim reply older than the notice made the board forget the head")
+	}
+	// A reply to a claim sent after the notice is believed.
+	sent = local.t.Add(time.Millisecond)
+	local.t = sent.Add(time.Millisecond)
+	b.observe(5, -1, sent.UnixMilli(), sent, local.t)
+	if _, ok := b.heads[5]; ok {
+		t.Fatal("a newer claim reply did not clear the head")
+	}
+}
