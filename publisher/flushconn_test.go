@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // pipePair returns a flushConn over a loopback TCP connection and the
@@ -129,12 +131,8 @@ func TestFlushConnReportsWriteErrors(t *testing.T) {
 	defer f.Close()
 	_ = f.Conn.(*net.TCPConn).CloseWrite() // our own side can no longer send
 	_ = peer
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := f.Write([]byte("publish")); err != nil {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("writes kept succeeding on a connection that cannot send")
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		_, err := f.Write([]byte("publish"))
+		return err != nil
+	}, func() string { return "writes kept succeeding on a connection that cannot send" })
 }
