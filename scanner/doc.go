@@ -9,10 +9,10 @@
 //  3. Claim up to ClaimBatch messages; while claims come back full, claim
 //     again, up to VisitBudget claims per visit. Claims go through the
 //     process's claimer, which sends the claims that all goroutines ask for
-//     meanwhile in one pipelined round trip; each stays its own atomic
-//     script call of at most ClaimBatch messages, so batch 1 is still the
-//     classic claim, but Redis and the scanner pay a read and a write
-//     syscall per round trip instead of per claim.
+//     meanwhile in pipelined round trips (two under way at once); each
+//     stays its own atomic script call of at most ClaimBatch messages, so
+//     batch 1 is still the classic claim, but Redis and the scanner pay a
+//     read and a write syscall per round trip instead of per claim.
 //  4. For each message: decode, route (router), take a place in the
 //     process's window of unconfirmed messages, publish, and hand it to the
 //     settlers; then claim again at once, without waiting for the confirm.
