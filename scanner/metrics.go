@@ -20,8 +20,12 @@ type Metrics struct {
 	Released    prometheus.Counter
 	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned
 	Lateness    prometheus.Histogram   // confirm time - due time
-	ClaimTime   prometheus.Histogram
-	ConfirmTime prometheus.Histogram // publish to confirm
+	// ClaimLateness is the Redis time of the claim minus the due time: how
+	// far behind the fleet is in reaching due messages. Lateness minus
+	// ClaimLateness is what publishing and confirming add.
+	ClaimLateness prometheus.Histogram
+	ClaimTime     prometheus.Histogram
+	ConfirmTime   prometheus.Histogram // publish to confirm
 }
 
 // Dead-letter reasons, the values of the reason label.
@@ -50,6 +54,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// 1 ms to 1 h.
 		Lateness: latency("dispatch_lateness_seconds", "Broker confirm time minus due time.",
 			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
+		// 0.5 ms to 1 h: a fleet that keeps up claims within a few ms.
+		ClaimLateness: latency("claim_lateness_seconds", "Redis time of the claim minus due time.",
+			[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}),
 		ClaimTime: latency("claim_duration_seconds", "Duration of one claim script call.",
 			prometheus.ExponentialBuckets(.0001, 2.5, 12)),
 		ConfirmTime: latency("publish_confirm_seconds", "Time from publish to the broker's confirm.",
@@ -58,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Dead, m.Lateness, m.ClaimTime, m.ConfirmTime)
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Dead, m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)
 	return m
 }
 

@@ -404,6 +404,9 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			break
 		}
 		s.claimed.Add(int64(len(res.Msgs)))
+		for j := range res.Msgs {
+			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
+		}
 		total += len(res.Msgs)
 		s.deliver(workCtx, i, res.Msgs)
 		if len(res.Msgs) < s.cfg.ClaimBatch {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -36,13 +37,14 @@ type config struct {
 	ceilingMsgs int
 	batches     []int
 	scanners    []int
+	loads       []float64
 	goroutines  int
 	only        map[string]bool // scenarios to run; empty: all
 }
 
 func main() {
 	var c config
-	var batches, scanners, only string
+	var batches, scanners, loads, only string
 	flag.StringVar(&c.delayq, "delayq", "bin/delayq", "path of the delayq binary")
 	flag.StringVar(&c.out, "out", "bench.json", "JSON results file")
 	flag.BoolVar(&c.quick, "quick", false, "small sizes: a smoke run of every scenario")
@@ -54,11 +56,20 @@ func main() {
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
+	flag.StringVar(&loads, "loads", "0.25,0.5,0.9", "steady loads, as fractions of the limit (c)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory); "+
 		"the ceilings always run, steady and burst take their k from saturated")
 	flag.Parse()
 	c.batches, c.scanners = ints(batches), ints(scanners)
+	for _, f := range strings.Split(loads, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "-loads: %q is not a positive fraction\n", f)
+			os.Exit(2)
+		}
+		c.loads = append(c.loads, v)
+	}
 	if only != "" {
 		c.only = map[string]bool{}
 		for _, name := range strings.Split(only, ",") {
@@ -157,10 +168,14 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
 			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared)
 	}
-	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\t")
+	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\t")
 	for _, s := range r.Steady {
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Batch, s.Scanners,
-			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing)
+		busy := "-"
+		if s.CPU != nil {
+			busy = fmt.Sprintf("%.2f of %d", s.CPU.TotalBusy, runtime.NumCPU())
+		}
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t<=%s\t<=%s\t%s\t\n", s.Batch, s.Scanners,
+			100*s.Load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing, ms(s.ClaimP50), ms(s.ClaimP99), busy)
 	}
 	if len(r.Burst) > 0 {
 		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tsaturated just before\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\tof all cmds\t")

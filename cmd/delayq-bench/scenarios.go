@@ -485,7 +485,10 @@ func (t *tally) quantiles() (p50, p99, p999, max time.Duration) {
 
 // ---- scanner processes ----
 
-type fleet struct{ procs []*exec.Cmd }
+type fleet struct {
+	procs   []*exec.Cmd
+	metrics []string // each process's /metrics address
+}
 
 func (b *bench) startFleet(ns string, n, k, m int, extraEnv ...string) (*fleet, error) {
 	return b.startFleetOf(ns, n, k, m, b.c.goroutines, extraEnv...)
@@ -494,10 +497,16 @@ func (b *bench) startFleet(ns string, n, k, m int, extraEnv ...string) (*fleet, 
 func (b *bench) startFleetOf(ns string, n, k, m, goroutines int, extraEnv ...string) (*fleet, error) {
 	f := &fleet{}
 	for range n {
+		addr, err := freeAddr()
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
 		cmd := exec.Command(b.c.delayq, "scan")
 		cmd.Env = append(os.Environ(), "DELAYQ_REDIS_ADDRS="+b.rs.Addr, "DELAYQ_AMQP_URL="+b.rabbit.URL,
 			"DELAYQ_NAMESPACE="+ns, fmt.Sprintf("DELAYQ_SHARDS=%d", m), fmt.Sprintf("DELAYQ_CLAIM_BATCH=%d", k),
-			fmt.Sprintf("DELAYQ_GOROUTINES=%d", goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console", "DELAYQ_METRICS_ADDR=off")
+			fmt.Sprintf("DELAYQ_GOROUTINES=%d", goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console",
+			"DELAYQ_METRICS_ADDR="+addr)
 		cmd.Env = append(cmd.Env, extraEnv...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -505,6 +514,7 @@ func (b *bench) startFleetOf(ns string, n, k, m, goroutines int, extraEnv ...str
 			return nil, err
 		}
 		f.procs = append(f.procs, cmd)
+		f.metrics = append(f.metrics, addr)
 	}
 	return f, nil
 }
@@ -617,6 +627,16 @@ type steadyResult struct {
 	P50      time.Duration `json:"lateness_p50_ns"`
 	P99      time.Duration `json:"lateness_p99_ns"`
 	P999     time.Duration `json:"lateness_p999_ns"`
+	// From the scanners' histograms (bucket upper bounds, so coarse): the
+	// Redis time of the claim minus the due time, the part of the
+	// lateness spent before a scanner reached the message.
+	ClaimP50 time.Duration `json:"claim_lateness_p50_le_ns"`
+	ClaimP99 time.Duration `json:"claim_lateness_p99_le_ns"`
+	// In the stationary window: CPU of every process (per dispatched
+	// message; the enqueues run on the same cores), and the claim and ack
+	// script calls per dispatched message.
+	CPU           *cpuUse `json:"cpu,omitempty"`
+	ClaimAckCalls float64 `json:"claim_ack_calls_per_msg"`
 	Max      time.Duration `json:"lateness_max_ns"`
 	Early    int           `json:"early"`
 	Missing  int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
@@ -636,7 +656,7 @@ func (b *bench) steady(ctx context.Context) error {
 		limit := near.limit(k)
 		say("steady k=%d: limit (c) measured now: %.0f msg/s", k, limit)
 		for _, n := range b.c.scanners {
-			for _, load := range []float64{0.25, 0.5, 0.9} {
+			for _, load := range b.c.loads {
 				s, err := b.steadyRun(ctx, k, n, load, limit*load)
 				if err != nil {
 					return err
@@ -644,12 +664,16 @@ func (b *bench) steady(ctx context.Context) error {
 				b.res.Steady = append(b.res.Steady, s)
 				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
 					k, n, 100*load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
+				say("  of which before the claim: p50 <= %s, p99 <= %s; claim+ack script calls %.2f per message; CPU %s",
+					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimAckCalls, s.CPU)
 				b.rdb.FlushAll(ctx)
 			}
 		}
 	}
 	return nil
 }
+
+const claimLateness = "delayq_claim_lateness_seconds"
 
 // steadyRun: an open-loop producer enqueues rate msg/s, each due 1-5 s
 // later, for c.steadyFor; the run ends when all are delivered.
@@ -676,10 +700,17 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	tick := time.NewTicker(10 * time.Millisecond)
 	var wg sync.WaitGroup
 	var enqErr atomic.Value
+	// The machine's work in the stationary part of the run (from 5 s,
+	// when every delay of 1-5 s is in play, to the producer's end): CPU
+	// of every process, and Redis script calls other than the enqueues.
+	var w0 window
 	for now := range tick.C {
 		el := now.Sub(start)
 		if el > b.c.steadyFor || ctx.Err() != nil {
 			break
+		}
+		if w0.at.at.IsZero() && el >= 5*time.Second {
+			w0 = b.workWindow(ctx, f, t, sent)
 		}
 		want := int(rate * el.Seconds())
 		if want <= sent {
@@ -702,7 +733,19 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	if err, _ := enqErr.Load().(error); err != nil {
 		return res, err
 	}
+	if !w0.at.at.IsZero() {
+		w1 := b.workWindow(ctx, f, t, sent)
+		if n := int(w1.delivered - w0.delivered); n > 0 {
+			res.CPU = w1.at.since(w0.at, n)
+			res.ClaimAckCalls = float64(w1.scriptCalls-w0.scriptCalls-int64(w1.enqueued-w0.enqueued)) / float64(n)
+		}
+	}
 	t.waitFor(ctx, sent, 60*time.Second) // past that, what is left is a backlog, reported as such
+	hs, err := f.scrapeHistograms(ctx, claimLateness)
+	if err != nil {
+		return res, err
+	}
+	res.ClaimP50, res.ClaimP99 = hs[claimLateness].quantile(0.5), hs[claimLateness].quantile(0.99)
 	t.mu.Lock()
 	res.Missing = int64(sent - len(t.seen))
 	// Dispatch rate in the stationary window: from 5 s after the producer
@@ -861,14 +904,31 @@ func (b *bench) idle(ctx context.Context) error {
 	return nil
 }
 
-// commandCalls sums the calls of every command in INFO commandstats.
-func (b *bench) commandCalls(ctx context.Context) (int64, error) {
+// window is a snapshot of the work done so far in a steady run.
+type window struct {
+	at          cpuSample
+	scriptCalls int64 // EVALSHA and EVAL calls
+	enqueued    int   // messages the producer has sent
+	delivered   int64 // deliveries the consumer has seen
+}
+
+func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally, sent int) window {
+	calls, _ := b.commandCalls(ctx, "cmdstat_evalsha:", "cmdstat_eval:")
+	return window{at: b.sampleCPU(f), scriptCalls: calls, enqueued: sent, delivered: t.count.Load()}
+}
+
+// commandCalls sums the calls of the commands in INFO commandstats whose
+// lines start with one of prefixes (none: every command).
+func (b *bench) commandCalls(ctx context.Context, prefixes ...string) (int64, error) {
 	info, err := b.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, err
 	}
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
+		if len(prefixes) > 0 && !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(line, p) }) {
+			continue
+		}
 		if i := strings.Index(line, "calls="); i >= 0 && strings.HasPrefix(line, "cmdstat_") {
 			v := line[i+len("calls="):]
 			if j := strings.IndexByte(v, ','); j >= 0 {
