@@ -38,6 +38,7 @@ type config struct {
 	batches     []int
 	scanners    []int
 	loads       []float64
+	fixedLimit  float64 // when > 0, the steady runs' limit instead of (c)
 	goroutines  int
 	only        map[string]bool // scenarios to run; empty: all
 }
@@ -57,9 +58,11 @@ func main() {
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
 	flag.StringVar(&loads, "loads", "0.25,0.5,0.9", "steady loads, as fractions of the limit (c)")
+	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (c) measured "+
+		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory); "+
-		"the ceilings always run, steady and burst take their k from saturated")
+		"the ceilings always run; steady and burst take their k from saturated, or all of -batches without it")
 	flag.Parse()
 	c.batches, c.scanners = ints(batches), ints(scanners)
 	for _, f := range strings.Split(loads, ",") {

@@ -635,11 +635,11 @@ type steadyResult struct {
 	// In the stationary window: CPU of every process (per dispatched
 	// message; the enqueues run on the same cores), and the claim and ack
 	// script calls per dispatched message.
-	CPU           *cpuUse `json:"cpu,omitempty"`
-	ClaimAckCalls float64 `json:"claim_ack_calls_per_msg"`
-	Max      time.Duration `json:"lateness_max_ns"`
-	Early    int           `json:"early"`
-	Missing  int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
+	CPU           *cpuUse       `json:"cpu,omitempty"`
+	ClaimAckCalls float64       `json:"claim_ack_calls_per_msg"`
+	Max           time.Duration `json:"lateness_max_ns"`
+	Early         int           `json:"early"`
+	Missing       int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
 }
 
 func (b *bench) steady(ctx context.Context) error {
@@ -648,6 +648,9 @@ func (b *bench) steady(ctx context.Context) error {
 	if best != 1 {
 		ks = append(ks, best)
 	}
+	if len(b.res.Saturated) == 0 { // saturated did not run (-only): no best k known
+		ks = b.c.batches
+	}
 	for _, k := range ks {
 		near, err := b.nearCeilings(ctx, k)
 		if err != nil {
@@ -655,6 +658,10 @@ func (b *bench) steady(ctx context.Context) error {
 		}
 		limit := near.limit(k)
 		say("steady k=%d: limit (c) measured now: %.0f msg/s", k, limit)
+		if b.c.fixedLimit > 0 {
+			limit = b.c.fixedLimit
+			say("steady k=%d: the runs use -limit %.0f msg/s instead", k, limit)
+		}
 		for _, n := range b.c.scanners {
 			for _, load := range b.c.loads {
 				s, err := b.steadyRun(ctx, k, n, load, limit*load)
