@@ -9,16 +9,26 @@ import (
 )
 
 // dueBoard is one scanner process's view of when each shard next has work:
-// the head due times seen in claim replies and wake-up notices. Idle
-// goroutines sleep on it until the earliest known head falls due, and then
-// exactly one of them (per process) visits that shard.
+// the head due times seen in claim replies and wake-up notices.
+//
+// Its dispatcher goroutine (run) hands work to idle goroutines one at a
+// time, through an unbuffered channel: when the earliest known head falls
+// due, exactly one idle goroutine receives that shard; every
+// PatrolInterval, one receives patrolShard (visit a shard from the
+// cursor). Idle goroutines do not each sleep until the next head: with 128
+// of them, every head that fell due woke all 128 to let one take it, and
+// at a quarter of the benchmark's load that herd cost more CPU than the
+// dispatch itself.
 type dueBoard struct {
-	mu      sync.Mutex
-	heads   map[int]int64     // shard -> due ms (Redis clock) of its earliest message
-	learned map[int]time.Time // shard -> when its head was last set (local clock)
-	changed chan struct{}     // closed and replaced when an earlier head appears
+	mu       sync.Mutex
+	heads    map[int]head  // shard -> its earliest message, as last learned
+	sets     uint64        // head updates so far; numbers them
+	seen     map[int]bool  // shards this process has had a claim reply from
+	seenUpTo int           // every shard below it is in seen
+	changed  chan struct{} // closed and replaced when the dispatcher must look again
+	offering int           // what the dispatcher offers now (noOffer: nothing)
 
-	nextPatrol atomic.Int64 // unix ns before which no idle patrol starts
+	ready chan int // the dispatcher's hand-offs to idle goroutines
 
 	// offsetUs estimates Redis time minus local time in microseconds, so
 	// that sleeps end on the Redis clock that decides "due". Each claim
@@ -36,12 +46,26 @@ type dueBoard struct {
 	now      func() time.Time
 }
 
+// head is what the board knows of a shard's earliest message.
+type head struct {
+	due     int64     // ms, Redis clock
+	learned time.Time // local clock
+	set     uint64    // which update of the board set it
+}
+
+// What the dispatcher hands out besides shard indexes.
+const (
+	patrolShard = -1 // visit the shard the cursor gives
+	noOffer     = -2
+)
+
 // clockSampleTTL is how long a clock sample with a short round trip is
 // preferred to newer ones with longer round trips.
 const clockSampleTTL = 2 * time.Second
 
 func newDueBoard(now func() time.Time) *dueBoard {
-	return &dueBoard{heads: map[int]int64{}, learned: map[int]time.Time{}, changed: make(chan struct{}), now: now}
+	return &dueBoard{heads: map[int]head{}, seen: map[int]bool{},
+		changed: make(chan struct{}), offering: noOffer, ready: make(chan int), now: now}
 }
 
 func (b *dueBoard) redisNowUs() int64 { return b.now().UnixMicro() + b.offsetUs.Load() }
@@ -61,8 +85,10 @@ func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 		b.bestRTT, b.bestAt = rtt, recv
 		b.offsetUs.Store(nowMs*1000 + 500 - sent.Add(rtt/2).UnixMicro())
 	}
-	old, ok := b.heads[i]
-	if ok && b.learned[i].After(sent) { // the reply may predate what we know
+	b.seen[i] = true
+	h, ok := b.heads[i]
+	old := h.due
+	if ok && h.learned.After(sent) { // the reply may predate what we know
 		if headMs >= 0 && headMs < old {
 			b.setLocked(i, headMs)
 			b.broadcastLocked()
@@ -81,21 +107,20 @@ func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 
 func (b *dueBoard) forgetLocked(i int) {
 	delete(b.heads, i)
-	delete(b.learned, i)
 }
 
 // setLocked records head due of shard i, learned now; the caller holds mu
 // and broadcasts if the head came earlier.
 func (b *dueBoard) setLocked(i int, due int64) {
-	b.heads[i] = due
-	b.learned[i] = b.now()
+	b.sets++
+	b.heads[i] = head{due: due, learned: b.now(), set: b.sets}
 }
 
 // notice records a wake-up notice: shard i has a new head due at dueMs.
 func (b *dueBoard) notice(i int, dueMs int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old, ok := b.heads[i]; ok && old <= dueMs {
+	if h, ok := b.heads[i]; ok && h.due <= dueMs {
 		return
 	}
 	b.setLocked(i, dueMs)
@@ -107,14 +132,6 @@ func (b *dueBoard) broadcastLocked() {
 	b.changed = make(chan struct{})
 }
 
-// takePatrol reports whether the caller may make this process's next idle
-// patrol visit: at most one per interval.
-func (b *dueBoard) takePatrol(interval time.Duration) bool {
-	now := b.now().UnixNano()
-	next := b.nextPatrol.Load()
-	return now >= next && b.nextPatrol.CompareAndSwap(next, now+interval.Nanoseconds())
-}
-
 // takeDue returns a shard whose known head is due now, the earliest, after
 // taking it off the board; -1 if none is.
 func (b *dueBoard) takeDue() int {
@@ -123,59 +140,93 @@ func (b *dueBoard) takeDue() int {
 	best, bestDue := b.earliestLocked()
 	if best >= 0 && bestDue*1000 <= b.redisNowUs() {
 		b.forgetLocked(best)
+		if best == b.offering {
+			b.broadcastLocked() // the dispatcher's offer is taken
+		}
 		return best
 	}
 	return -1
 }
 
+// knowsAll reports whether this process has had a claim reply from every
+// shard below hw (hw > 0). From then on, with the wake-up notices, the
+// board knows when each shard next has work.
+func (b *dueBoard) knowsAll(hw int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for hw > b.seenUpTo && b.seen[b.seenUpTo] {
+		b.seenUpTo++
+	}
+	return hw > 0 && hw <= b.seenUpTo
+}
+
 func (b *dueBoard) earliestLocked() (int, int64) {
 	best, bestDue := -1, int64(math.MaxInt64)
-	for i, d := range b.heads {
-		if d < bestDue {
-			best, bestDue = i, d
+	for i, h := range b.heads {
+		if h.due < bestDue {
+			best, bestDue = i, h.due
 		}
 	}
 	return best, bestDue
 }
 
-// wait blocks until a known head is due, and returns its shard after
-// taking it off the board (so no other goroutine of this process goes for
-// it too), or returns -1 after maxSleep or when ctx ends.
-func (b *dueBoard) wait(ctx context.Context, maxSleep time.Duration) int {
-	deadline := b.now().Add(maxSleep)
-	timer := time.NewTimer(maxSleep)
+// run is the dispatcher: until ctx ends, it offers the earliest due
+// shard, or a patrol every patrolEvery, to whichever idle goroutine
+// receives from ready first, and otherwise sleeps until the earliest known
+// head falls due, the next patrol, or a change on the board. A shard
+// handed out leaves the board: the goroutine's claim reply brings back its
+// new head. The Scanner starts it before the claim loops and waits for it
+// after they have stopped; it ends with the claim context.
+func (b *dueBoard) run(ctx context.Context, patrolEvery time.Duration) {
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	nextPatrol := b.now().Add(patrolEvery)
 	for {
 		b.mu.Lock()
 		best, bestDue := b.earliestLocked()
 		nowUs := b.redisNowUs()
-		if best >= 0 && bestDue*1000 <= nowUs {
-			b.forgetLocked(best)
-			b.mu.Unlock()
-			return best
+		offer, wake := noOffer, time.Duration(math.MaxInt64)
+		if best >= 0 {
+			if d := time.Duration(bestDue*1000-nowUs) * time.Microsecond; d <= 0 {
+				offer = best
+			} else {
+				wake = d
+			}
 		}
+		if offer == noOffer {
+			if d := nextPatrol.Sub(b.now()); d <= 0 {
+				offer = patrolShard
+			} else {
+				wake = min(wake, d)
+			}
+		}
+		b.offering = offer
+		offered := b.heads[offer].set
 		changed := b.changed
 		b.mu.Unlock()
 
-		wake := time.Until(deadline)
-		if wake <= 0 {
-			return -1
-		}
-		if best >= 0 {
-			wake = min(wake, time.Duration(bestDue*1000-nowUs)*time.Microsecond)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+		var send chan<- int
+		if offer != noOffer {
+			send = b.ready
 		}
 		timer.Reset(wake)
 		select {
-		case <-ctx.Done():
-			return -1
+		case send <- offer:
+			b.mu.Lock()
+			// The goroutine that took the shard may already have
+			// claimed and reported a newer head: keep that one.
+			if offer >= 0 && b.heads[offer].set == offered {
+				b.forgetLocked(offer)
+			} else if offer < 0 {
+				nextPatrol = b.now().Add(patrolEvery)
+			}
+			b.offering = noOffer
+			b.mu.Unlock()
 		case <-changed:
 		case <-timer.C:
+		case <-ctx.Done():
+			return
 		}
+		timer.Stop()
 	}
 }

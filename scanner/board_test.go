@@ -2,8 +2,11 @@ package scanner
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // fakeClock is a settable local clock.
@@ -60,17 +63,154 @@ func offBy(b *dueBoard, local *fakeClock, ahead time.Duration) time.Duration {
 	return ahead - est
 }
 
-// A head falls due on the estimated Redis clock, to the microsecond.
-func TestBoardWaitEndsAtDueTime(t *testing.T) {
+// startDispatcher runs b's dispatcher until the test ends.
+func startDispatcher(t *testing.T, b *dueBoard, patrol time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx, patrol) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// receive waits up to d for the dispatcher to hand out a shard.
+func receive(b *dueBoard, d time.Duration) (int, bool) {
+	select {
+	case i := <-b.ready:
+		return i, true
+	case <-time.After(d):
+		return 0, false
+	}
+}
+
+// waitOffering waits until the dispatcher offers offer.
+func waitOffering(t *testing.T, b *dueBoard, offer int) {
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.offering == offer
+	}, func() string { return fmt.Sprintf("the dispatcher never offered %d", offer) })
+}
+
+// waitNoOffer waits until the dispatcher offers nothing; then no goroutine
+// can receive from ready.
+func waitNoOffer(t *testing.T, b *dueBoard) {
+	waitOffering(t, b, noOffer)
+	select {
+	case i := <-b.ready:
+		t.Fatalf("the dispatcher handed out %d with nothing due", i)
+	default:
+	}
+}
+
+// A head falls due on the estimated Redis clock, to the microsecond, and
+// is handed to one idle goroutine.
+func TestBoardHandsOutHeadAtDueTime(t *testing.T) {
 	b := newDueBoard(time.Now)
+	startDispatcher(t, b, time.Hour)
 	now := time.Now()
 	b.observe(3, now.Add(30*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
 	start := time.Now()
-	if i := b.wait(context.Background(), time.Second); i != 3 {
-		t.Fatalf("wait = %d, want shard 3", i)
+	i, ok := receive(b, 5*time.Second)
+	if !ok || i != 3 {
+		t.Fatalf("received %d, %v; want shard 3", i, ok)
 	}
 	if el := time.Since(start); el < 25*time.Millisecond || el > 500*time.Millisecond {
-		t.Fatalf("woke after %s for a head due in about 30 ms", el)
+		t.Fatalf("handed out after %s for a head due in about 30 ms", el)
+	}
+}
+
+// Each due head goes to exactly one goroutine, earliest first, and leaves
+// the board; with nothing due, nothing is handed out.
+func TestBoardHandsOutEachHeadOnce(t *testing.T) {
+	b := newDueBoard(time.Now)
+	now := time.Now()
+	b.observe(7, now.Add(-20*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
+	b.observe(2, now.Add(-10*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
+	b.observe(5, now.Add(time.Hour).UnixMilli(), now.UnixMilli(), now, now)
+	startDispatcher(t, b, time.Hour)
+	for _, want := range []int{7, 2} {
+		if i, ok := receive(b, 5*time.Second); !ok || i != want {
+			t.Fatalf("received %d, %v; want shard %d", i, ok, want)
+		}
+	}
+	waitNoOffer(t, b)
+	if _, ok := b.heads[5]; !ok {
+		t.Fatal("a head not yet due left the board")
+	}
+}
+
+// A goroutine that takes the offered shard itself (takeDue, while busy)
+// withdraws the dispatcher's offer, so no idle goroutine visits it again.
+func TestBoardTakeDueWithdrawsOffer(t *testing.T) {
+	b := newDueBoard(time.Now)
+	startDispatcher(t, b, time.Hour)
+	now := time.Now()
+	b.observe(4, now.UnixMilli()-1, now.UnixMilli(), now, now)
+	waitOffering(t, b, 4)
+	if i := b.takeDue(); i != 4 {
+		t.Fatalf("takeDue = %d, want 4", i)
+	}
+	waitNoOffer(t, b)
+}
+
+// The goroutine that receives a shard may claim it and report its new
+// head before the dispatcher, after the hand-off, takes the shard off the
+// board: the new head stays.
+func TestBoardHandOffKeepsNewerHead(t *testing.T) {
+	b := newDueBoard(time.Now)
+	startDispatcher(t, b, time.Hour)
+	now := time.Now()
+	b.observe(3, now.UnixMilli()-1, now.UnixMilli(), now, now)
+	waitOffering(t, b, 3)
+	b.mu.Lock() // the dispatcher cannot take it off the board before the new head is in
+	if i, ok := receive(b, 5*time.Second); !ok || i != 3 {
+		b.mu.Unlock()
+		t.Fatalf("received %d, %v; want shard 3", i, ok)
+	}
+	later := now.Add(time.Hour).UnixMilli()
+	b.setLocked(3, later) // what the claim reply reports
+	b.mu.Unlock()
+	waitNoOffer(t, b)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h, ok := b.heads[3]; !ok || h.due != later {
+		t.Fatalf("head of shard 3 after the hand-off: %+v, %v; want due %d", h, ok, later)
+	}
+}
+
+// With nothing due, one goroutine at a time is sent on patrol, once per
+// interval.
+func TestBoardPatrolsEveryInterval(t *testing.T) {
+	b := newDueBoard(time.Now)
+	const every = 40 * time.Millisecond
+	start := time.Now()
+	startDispatcher(t, b, every)
+	var at []time.Duration
+	for range 3 {
+		i, ok := receive(b, 5*time.Second)
+		if !ok || i != patrolShard {
+			t.Fatalf("received %d, %v; want a patrol", i, ok)
+		}
+		at = append(at, time.Since(start))
+	}
+	for j, d := range at {
+		if min := time.Duration(j+1) * every; d < min {
+			t.Fatalf("patrol %d after %s, before %s: patrols %v", j, d, min, at)
+		}
+	}
+}
+
+// knowsAll: every shard below the high-water mark has replied once.
+func TestBoardKnowsAllShards(t *testing.T) {
+	b := newDueBoard(time.Now)
+	now := time.Now()
+	if b.knowsAll(0) || b.knowsAll(1) {
+		t.Fatal("knows all before any reply")
+	}
+	for _, i := range []int{2, 0, 1} {
+		b.observe(i, -1, now.UnixMilli(), now, now)
+	}
+	if !b.knowsAll(3) || b.knowsAll(4) || b.knowsAll(0) {
+		t.Fatalf("knowsAll(3)=%v knowsAll(4)=%v knowsAll(0)=%v; want true false false", b.knowsAll(3), b.knowsAll(4), b.knowsAll(0))
 	}
 }
 

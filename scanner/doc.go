@@ -6,7 +6,8 @@
 //  1. Wait until the publisher is ready (connected, not blocked): nothing
 //     is claimed that cannot be published.
 //  2. Take the next shard from the shared INCR cursor (balance.Cursor).
-//  3. Claim up to ClaimBatch messages; while claims come back full, claim
+//  3. Claim up to ClaimBatch messages; while the claim reply says more are
+//     due there (it reads one entry past the batch: the new head), claim
 //     again, up to VisitBudget claims per visit. Claims go through the
 //     process's claimer, which sends the claims that all goroutines ask for
 //     meanwhile in pipelined round trips (two under way at once); each
@@ -25,19 +26,24 @@
 //     exchange) is dead-lettered before publishing. When confirms slow down,
 //     the window fills and workers claim less: backpressure, not expired
 //     leases.
-//  5. When a whole round of the cursor found nothing, go idle: sleep on the
-//     process's due board until the earliest head this process knows falls
-//     due (one goroutine per process takes it). The enqueue and reschedule
-//     scripts announce every new head of a shard on a Pub/Sub channel, and
-//     claim replies report heads too, so the board knows when each shard
-//     next has work without polling: a message enqueued into an idle fleet
-//     is published within milliseconds of its due time. Because Pub/Sub is
-//     best effort, one idle goroutine per process also visits a shard from
-//     the cursor every PatrolInterval (about 2 Redis commands per interval
-//     per process, whatever M and the number of goroutines).
-//  6. While busy, every other visit goes to a shard the board knows is due
-//     (free goroutines converge on a hot shard); the others follow the
-//     cursor, so every shard is still visited each round.
+//  5. A visit that leaves its shard with nothing due ends in the idle
+//     state, once the process has had a claim reply from every shard
+//     (before that, after a whole round of the cursor found nothing). Idle
+//     goroutines wait on the process's due board: the head due times that
+//     claim replies report, and that the enqueue and reschedule scripts
+//     announce on a Pub/Sub channel whenever a shard gets a new head. The
+//     board's dispatcher hands the earliest due shard to exactly one idle
+//     goroutine when it falls due, so a message enqueued into an idle
+//     fleet is published within milliseconds of its due time, and a fleet
+//     that keeps up makes about one claim per due head instead of polling.
+//     Because Pub/Sub is best effort, the dispatcher also sends one idle
+//     goroutine per process to visit a shard from the cursor every
+//     PatrolInterval (about 2 Redis commands per interval per process,
+//     whatever M and the number of goroutines).
+//  6. While a visit ends at its budget with messages still due (a
+//     backlog), the goroutine stays busy: every other visit goes to a shard
+//     the board knows is due (free goroutines converge on a hot shard); the
+//     others follow the cursor, so every shard is still visited each round.
 //
 // Expired leases are re-queued by the claim script itself whenever a shard
 // is visited, so there is no separate reaper to run or to forget.

@@ -25,10 +25,6 @@ const (
 	HeaderAttempt = "x-delayq-attempt" // int32: 1 on the first delivery
 )
 
-// MaxIdleSleep is the longest an idle goroutine sleeps on the due board
-// before it checks whether it is its turn to patrol.
-const MaxIdleSleep = time.Second
-
 // Config tunes a Scanner. Zero fields take the documented defaults.
 type Config struct {
 	// Goroutines is the number of claim loops. Their claims go to Redis in
@@ -161,6 +157,7 @@ type Scanner struct {
 	stopAcks    context.CancelFunc
 	stopClaimer context.CancelFunc
 	workers     sync.WaitGroup
+	dispatcher  sync.WaitGroup
 	claimerDone sync.WaitGroup
 	settlers    sync.WaitGroup
 	acker       sync.WaitGroup
@@ -236,6 +233,7 @@ func (s *Scanner) Start(ctx context.Context) error {
 	for range settlers {
 		s.settlers.Go(func() { s.settle(workCtx, s.queue) })
 	}
+	s.dispatcher.Go(func() { s.board.run(claimCtx, s.cfg.PatrolInterval) })
 	for range s.cfg.Goroutines {
 		s.workers.Go(func() { s.work(claimCtx, workCtx) })
 	}
@@ -247,8 +245,9 @@ func (s *Scanner) Start(ctx context.Context) error {
 // Stop shuts down in this order:
 //
 //  1. stop claiming: no worker starts a new claim; workers finish
-//     publishing what they claimed and exit; then the claimer, which has
-//     answered every claim it took, stops;
+//     publishing what they claimed and exit; the due board's dispatcher
+//     exits; then the claimer, which has answered every claim it took,
+//     stops;
 //  2. the settlers wait for the outstanding confirms and settle each
 //     message (dead-letter, release, or queue its ack);
 //  3. the ack batcher flushes the last acks;
@@ -269,6 +268,7 @@ func (s *Scanner) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.workers.Wait()
+		s.dispatcher.Wait() // ends with claimCtx, like the workers
 		s.stopClaimer()
 		s.claimerDone.Wait()
 		close(s.queue) // no more publishes: settlers end when it is drained
@@ -320,6 +320,7 @@ func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
 // work is one claim loop.
 func (s *Scanner) work(claimCtx, workCtx context.Context) {
 	empty, idle, fromBoard := 0, false, false
+	hw := 0 // high-water mark, from the last cursor visit
 	reply := make(chan claimReply, 1)
 	backoff := 50 * time.Millisecond
 	for claimCtx.Err() == nil {
@@ -329,11 +330,10 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 		i := -1
 		switch {
 		case idle:
-			if i = s.board.wait(claimCtx, MaxIdleSleep); claimCtx.Err() != nil {
+			select { // a due shard, or patrolShard (-1): the cursor's
+			case i = <-s.board.ready:
+			case <-claimCtx.Done():
 				return
-			}
-			if i < 0 && !s.board.takePatrol(s.cfg.PatrolInterval) {
-				continue // another idle goroutine of this process patrols
 			}
 		case fromBoard:
 			// Busy: every other visit goes to a shard known to have due
@@ -352,8 +352,9 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 				backoff = min(2*backoff, 2*time.Second)
 				continue
 			}
+			hw = covered
 		}
-		n, err := s.visit(claimCtx, workCtx, i, reply)
+		n, drained, err := s.visit(claimCtx, workCtx, i, reply)
 		if err != nil {
 			s.errLog.warn("claim", err)
 			sleep(claimCtx, backoff)
@@ -362,10 +363,19 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 		}
 		backoff = 50 * time.Millisecond
 		switch {
+		case !drained:
+			// The visit budget ran out with messages still due: a
+			// backlog, so keep claiming.
+			empty, idle = 0, false
+		case s.board.knowsAll(hw):
+			// Nothing more is due here, and the board has heard from
+			// every shard: it says when one next has work.
+			idle = true
 		case n > 0:
 			empty, idle = 0, false
 		case covered > 0:
-			// A whole round of the cursor found nothing: go idle.
+			// Until the board has heard from every shard: go idle once
+			// a whole round of the cursor found nothing.
 			if empty++; empty >= covered {
 				idle = true
 			}
@@ -382,26 +392,27 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// visit claims from shard i while claims come back full, up to the visit
-// budget, and delivers what it claims. A claim, once sent, is always
-// delivered (workCtx), even if claiming stops meanwhile.
-func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan claimReply) (int, error) {
-	total := 0
+// visit claims from shard i while the claim replies say more messages are
+// due there, up to the visit budget, and delivers what it claims. It
+// returns how many it claimed and whether it left the shard drained
+// (nothing due), as opposed to stopping at the budget. A claim, once sent,
+// is always delivered (workCtx), even if claiming stops meanwhile.
+func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan claimReply) (total int, drained bool, err error) {
 	for range s.cfg.VisitBudget {
 		if claimCtx.Err() != nil {
-			break
+			return total, true, nil
 		}
 		start, sent := time.Now(), s.d.Now()
 		res, err := s.claims.claim(workCtx, i, reply)
 		if err != nil {
-			return total, err
+			return total, true, err
 		}
 		s.d.Metrics.ClaimTime.Observe(time.Since(start).Seconds())
 		s.d.Metrics.Claimed.Add(float64(len(res.Msgs)))
 		s.board.observe(i, res.HeadMs, res.NowMs, sent, s.d.Now())
 		s.reaped.Add(int64(res.Reaped))
 		if len(res.Msgs) == 0 {
-			break
+			return total, true, nil
 		}
 		s.claimed.Add(int64(len(res.Msgs)))
 		for j := range res.Msgs {
@@ -409,11 +420,14 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		}
 		total += len(res.Msgs)
 		s.deliver(workCtx, i, res.Msgs)
-		if len(res.Msgs) < s.cfg.ClaimBatch {
-			break
+		// The claim read one entry past its batch: the new head. When it
+		// is not due yet (or the shard is empty), another claim would
+		// come back empty.
+		if res.HeadMs < 0 || res.HeadMs > res.NowMs {
+			return total, true, nil
 		}
 	}
-	return total, nil
+	return total, false, nil
 }
 
 // deliver publishes a claimed batch of shard i and hands each message to

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
@@ -55,6 +57,7 @@ type fleet struct {
 	store    *shard.Store
 	scanner  *scanner.Scanner
 	pub      *publisher.Publisher
+	metrics  *scanner.Metrics
 	m        int
 
 	mu  sync.Mutex
@@ -90,9 +93,10 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	t.Cleanup(func() { _ = pub.Close() })
 	f.pub = pub
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
+	f.metrics = scanner.NewMetrics(prometheus.NewRegistry())
 	f.scanner, err = scanner.New(cfg, scanner.Deps{
 		Store: f.store, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
-		Routes: routes, Publisher: pub, Log: log,
+		Routes: routes, Publisher: pub, Log: log, Metrics: f.metrics,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,13 +260,7 @@ func TestDeliversOnTimeNeverEarly(t *testing.T) {
 func TestWakeUpCutsIdleSleep(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 16, scanner.Config{Goroutines: 8}, rabbit.URL)
-	// Let the fleet finish its first rounds and go idle: the cursor has
-	// gone round every shard for every goroutine.
-	rdb := redisSrv.Client(t)
-	shardtest.WaitFor(t, 10*time.Second, func() bool {
-		n, _ := rdb.Get(t.Context(), shard.CursorKey(f.ns)).Int()
-		return n >= 16*8
-	}, func() string { return "fleet never went round the shards" })
+	f.waitRound()
 	var late []time.Duration
 	for i := range 5 {
 		id := fmt.Sprintf("wake-%d", i)
@@ -278,10 +276,59 @@ func TestWakeUpCutsIdleSleep(t *testing.T) {
 	if late[0] < 0 {
 		t.Errorf("published early: %v", late)
 	}
-	// Without the wake-up the fleet would sleep up to MaxIdleSleep (1s);
-	// allow generous slack for a loaded CI machine under -race.
+	// Without the wake-up the fleet would wait for a patrol to find the
+	// message; allow generous slack for a loaded CI machine under -race.
 	if med := late[len(late)/2]; med > 150*time.Millisecond {
 		t.Errorf("median lateness %s: the wake-up notice did not cut the idle sleep", med)
+	}
+}
+
+// waitRound waits until the fleet's cursor has gone round every shard, so
+// the scanner's board has heard from each and the fleet goes idle.
+func (f *fleet) waitRound() {
+	rdb := redisSrv.Client(f.t)
+	shardtest.WaitFor(f.t, 10*time.Second, func() bool {
+		n, _ := rdb.Get(context.Background(), shard.CursorKey(f.ns)).Int()
+		return n >= f.m
+	}, func() string { return "fleet never went round the shards" })
+}
+
+// claims is the number of claim calls the fleet's scanner has made.
+func (f *fleet) claims() uint64 {
+	var m dto.Metric
+	if err := f.metrics.ClaimTime.Write(&m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
+}
+
+// TestLightLoadClaimsOncePerMessage: when messages fall due one at a time,
+// the idle goroutines are woken for each by the due board, one goroutine
+// per due head, and a claim whose reply says nothing more is due ends the
+// visit: about one claim per message, not a round of empty claims after
+// each.
+func TestLightLoadClaimsOncePerMessage(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 16}, rabbit.URL)
+	f.waitRound()
+	const n = 100
+	before := f.claims()
+	var ids []string
+	msgs := make([]shard.Message, n)
+	for i := range msgs {
+		msgs[i] = shard.Message{ID: fmt.Sprintf("light-%d", i), Topic: "t", Delay: 200*time.Millisecond + time.Duration(i)*15*time.Millisecond}
+		ids = append(ids, msgs[i].ID)
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	f.waitAll(ids, 20*time.Second)
+	claims := f.claims() - before
+	patrols := uint64(time.Since(start)/(250*time.Millisecond)) + 1
+	t.Logf("%d claims for %d messages (patrols allowed: %d)", claims, n, patrols)
+	if claims > n+n/2+patrols+16 {
+		t.Errorf("%d claims for %d messages due one at a time: want about one each", claims, n)
 	}
 }
 
@@ -399,6 +446,16 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	f, own, ids := privateBrokerFlow(t, "b", 2000, 2*time.Millisecond, 300)
 	if out, err := own.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
 		t.Fatalf("memory alarm: %v %s", err, out)
+	}
+	// The broker blocks a connection when it next publishes: make sure
+	// there is something to publish, however long rabbitmqctl took.
+	more := make([]shard.Message, 50)
+	for i := range more {
+		more[i] = shard.Message{ID: fmt.Sprintf("b-after-alarm-%d", i), Topic: "t"}
+		ids = append(ids, more[i].ID)
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), more); err != nil {
+		t.Fatal(err)
 	}
 	shardtest.WaitFor(t, 20*time.Second, func() bool { return !f.pub.Ready() },
 		func() string { return "publisher never saw the broker block it" })
