@@ -82,10 +82,12 @@ func BenchmarkEnqueue(b *testing.B) {
 	prod := shard.NewProducer(st, fixed(16), shard.ProducerOptions{})
 	body := make([]byte, 100)
 	ctx := context.Background()
+	seq := 0 // ids stay unique over the runs the harness makes with growing b.N
 	b.Run("single", func(b *testing.B) {
 		b.ReportAllocs()
-		for i := range b.N {
-			if _, err := prod.Enqueue(ctx, shard.Message{ID: "s" + strconv.Itoa(i), Topic: "t", Body: body, Delay: time.Hour}); err != nil {
+		for range b.N {
+			seq++
+			if _, err := prod.Enqueue(ctx, shard.Message{ID: "s" + strconv.Itoa(seq), Topic: "t", Body: body, Delay: time.Hour}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -93,12 +95,19 @@ func BenchmarkEnqueue(b *testing.B) {
 	b.Run("batch=500", func(b *testing.B) {
 		b.ReportAllocs()
 		msgs := make([]shard.Message, 500)
-		for i := range b.N {
+		for range b.N {
+			seq++
 			for j := range msgs {
-				msgs[j] = shard.Message{ID: fmt.Sprintf("b%d-%d", i, j), Topic: "t", Body: body, Delay: time.Hour}
+				msgs[j] = shard.Message{ID: fmt.Sprintf("b%d-%d", seq, j), Topic: "t", Body: body, Delay: time.Hour}
 			}
-			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+			res, err := prod.EnqueueBatch(ctx, msgs)
+			if err != nil {
 				b.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
 			}
 		}
 		b.ReportMetric(float64(b.N*500)/b.Elapsed().Seconds(), "msgs/s")

@@ -129,7 +129,10 @@ type BatchResult struct {
 	Err error // nil, or wraps ErrDuplicate, ErrInvalid, ...
 }
 
-// EnqueueBatch schedules msgs in one pipeline (one round trip). Each
+// EnqueueBatch schedules msgs in one pipeline (one round trip), with one
+// script call per shard and up to 64 messages, like Sidekiq's push_bulk:
+// about 2.5 times the messages per second of one call per message
+// (BenchmarkEnqueue). It never replaces a message (no upsert). Each
 // message succeeds or fails on its own: results[i] belongs to msgs[i]. The
 // returned error is set when Redis itself failed (not for duplicates or
 // invalid messages); the results of the messages it hit carry it too.
@@ -150,51 +153,95 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		todo = append(todo, i)
 	}
 	// Two passes at most: the second loads the scripts and reruns the
-	// commands refused with NOSCRIPT (Redis restarted and lost its script
+	// calls refused with NOSCRIPT (Redis restarted and lost its script
 	// cache), which did not run.
-	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
+	chunks := p.chunks(msgs, preps, todo)
+	for pass := 0; pass < 2 && len(chunks) > 0; pass++ {
 		if pass > 0 { // the retry pass: Redis forgot the scripts (restart, SCRIPT FLUSH)
 			if err := p.store.Load(ctx); err != nil {
-				return res, p.failAll(res, todo, err)
+				return res, p.failAll(res, flatten(chunks), err)
 			}
 		}
-		cmds := make([]*redis.Cmd, len(todo))
+		cmds := make([]*redis.Cmd, len(chunks))
 		// Pipelined's own error is the first command's error; each command
 		// is looked at below instead.
 		_, _ = p.store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for j, i := range todo {
-				keys, args := p.store.enqueueArgs(preps[i].shard, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms, false, preps[i].shardCap)
-				cmds[j] = enqueueScript.EvalSha(ctx, pl, keys, args...)
+			for c, chunk := range chunks {
+				keys, args := p.store.enqueueManyArgs(msgs, preps, chunk)
+				cmds[c] = enqueueManyScript.EvalSha(ctx, pl, keys, args...)
 			}
 			return nil
 		})
-		var retry []int
-		for j, i := range todo {
-			v, err := cmds[j].Slice()
+		var retry [][]int
+		for c, chunk := range chunks {
+			v, err := cmds[c].Slice()
 			if isNoScript(err) {
-				retry = append(retry, i)
+				retry = append(retry, chunk)
 				continue
 			}
-			if err != nil { // Redis or network failure: not the message's fault
-				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+			if err == nil && len(v) != 2*len(chunk) {
+				err = fmt.Errorf("enqueue reply of %d fields for %d messages", len(v), len(chunk))
+			}
+			if err != nil { // Redis or network failure: not the messages' fault
+				for _, i := range chunk {
+					res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+				}
 				if batchErr == nil {
 					batchErr = fmt.Errorf("enqueue batch: %w", err)
 				}
 				continue
 			}
-			due, err := enqueueStatus(v, nil)
-			if err != nil {
-				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
-				continue
+			for j, i := range chunk {
+				due, err := enqueueStatus(v[2*j:2*j+2], nil)
+				if err != nil {
+					res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+					continue
+				}
+				res[i].Due = time.UnixMilli(due)
 			}
-			res[i].Due = time.UnixMilli(due)
 		}
-		todo = retry
+		chunks = retry
 	}
-	if len(todo) > 0 {
-		return res, p.failAll(res, todo, errors.New("scripts missing from Redis after reload (NOSCRIPT)"))
+	if len(chunks) > 0 {
+		return res, p.failAll(res, flatten(chunks), errors.New("scripts missing from Redis after reload (NOSCRIPT)"))
 	}
 	return res, batchErr
+}
+
+// Bounds of one enqueueManyScript call: its work, and the size of its
+// arguments (Redis parses them all before the script runs).
+const (
+	maxEnqueueMany      = 64
+	maxEnqueueManyBytes = 1 << 20
+)
+
+// chunks groups the messages todo (indexes into msgs) by shard, in order,
+// into script calls of at most maxEnqueueMany messages and about
+// maxEnqueueManyBytes of envelopes (a bigger envelope goes alone).
+func (p *Producer) chunks(msgs []Message, preps []prepared, todo []int) [][]int {
+	var out [][]int
+	open := map[int]int{} // shard -> index in out of its chunk being filled
+	size := map[int]int{} // shard -> bytes of that chunk
+	for _, i := range todo {
+		sh := preps[i].shard
+		n := len(preps[i].env) + len(msgs[i].ID)
+		c, ok := open[sh]
+		if !ok || len(out[c]) >= maxEnqueueMany || size[sh]+n > maxEnqueueManyBytes {
+			out = append(out, nil)
+			c, open[sh], size[sh] = len(out)-1, len(out)-1, 0
+		}
+		out[c] = append(out[c], i)
+		size[sh] += n
+	}
+	return out
+}
+
+func flatten(chunks [][]int) []int {
+	var all []int
+	for _, c := range chunks {
+		all = append(all, c...)
+	}
+	return all
 }
 
 func (p *Producer) failAll(res []BatchResult, todo []int, err error) error {

@@ -65,6 +65,59 @@ wake_if_head(KEYS[1], id, due, 6)
 return {status, due}
 `)
 
+// enqueueManyScript stores several new messages of one shard in one call:
+// what EnqueueBatch sends, so a batch costs one script call per shard
+// instead of one per message. It never replaces (no upsert).
+//
+//	KEYS as enqueueScript
+//	ARGV[1] n, the number of messages (at most maxEnqueueMany)
+//	ARGV[2] wake channel   ARGV[3] shard index
+//	ARGV[4] most messages this shard may hold (scheduled + in flight), 0 = no limit
+//	then for message j = 1..n, from a = 5 + 4*(j-1):
+//	ARGV[a] id   ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms
+//
+// Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
+// returns it: 1 created, 0 duplicate id, -2 shard full (nothing written
+// for that message). When the shard's head is earlier after the call than
+// before, publishes one notice "<shard>:<due>" for the new head, as n
+// single enqueues would have for the last of them.
+// Complexity: O(n log N).
+var enqueueManyScript = redis.NewScript(nowMs + `
+local n = tonumber(ARGV[1])
+local cap = tonumber(ARGV[4])
+local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local held = 0
+if cap > 0 then held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) end
+local out, created = {}, 0
+for j = 1, n do
+  local a = 5 + 4 * (j - 1)
+  local id = ARGV[a]
+  local due = tonumber(ARGV[a + 3])
+  if ARGV[a + 2] == 'delay' then due = now + due end
+  local status = 1
+  if cap > 0 and held >= cap then
+    status = -2
+    if redis.call('HEXISTS', KEYS[2], id) == 1 then status = 0 end
+  elseif redis.call('HSETNX', KEYS[2], id, ARGV[a + 1]) == 0 then
+    status = 0
+  else
+    redis.call('ZADD', KEYS[1], due, id)
+    held = held + 1
+    created = created + 1
+  end
+  out[2 * j - 1] = status
+  out[2 * j] = status == 1 and due or 0
+end
+if created > 0 then
+  redis.call('HINCRBY', KEYS[7], 'enqueued', created)
+  local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if before[2] == nil or tonumber(after[2]) < tonumber(before[2]) then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] .. ':' .. string.format('%d', tonumber(after[2])))
+  end
+end
+return out
+`)
+
 // claimScript is the heart of delayq: the atomic claim.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
@@ -365,7 +418,7 @@ return {1, due}
 
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
-	enqueueScript, claimScript, ackScript, releaseScript, deadLetterScript,
+	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript,
 }

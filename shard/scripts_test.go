@@ -369,6 +369,120 @@ func TestEnqueueBatch(t *testing.T) {
 	}
 }
 
+// EnqueueBatch sends one script call per shard and up to 64 messages:
+// a batch bigger than that, into few shards, keeps every message's own
+// result (duplicates inside the batch, absolute and relative due times)
+// and counts what it created.
+func TestEnqueueBatchManyPerShard(t *testing.T) {
+	b := setup(t, 2)
+	b.enqueue(t, "m7", time.Hour)
+	at := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	var msgs []shard.Message
+	for i := range 300 {
+		m := shard.Message{ID: fmt.Sprintf("m%d", i), Topic: "t", Body: []byte(fmt.Sprint(i))}
+		if i%2 == 0 {
+			m.At = at.Add(time.Duration(i) * time.Millisecond)
+		} else {
+			m.Delay = time.Minute
+		}
+		msgs = append(msgs, m)
+	}
+	msgs = append(msgs, shard.Message{ID: "m5", Topic: "t"}) // twice in the batch
+	before := time.Now()
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		switch {
+		case i == 7 || i == 300:
+			if !errors.Is(r.Err, shard.ErrDuplicate) {
+				t.Errorf("%s: %v, want a duplicate", r.ID, r.Err)
+			}
+		case r.Err != nil:
+			t.Errorf("%s: %v", r.ID, r.Err)
+		case i%2 == 0 && !r.Due.Equal(msgs[i].At):
+			t.Errorf("%s: due %s, want %s", r.ID, r.Due, msgs[i].At)
+		case i%2 == 1 && (r.Due.Before(before.Add(time.Minute-time.Second)) || r.Due.After(time.Now().Add(time.Minute+time.Second))):
+			t.Errorf("%s: due %s, want a minute after %s", r.ID, r.Due, before)
+		case r.Shard != shard.Of(r.ID, 2):
+			t.Errorf("%s: shard %d, want %d", r.ID, r.Shard, shard.Of(r.ID, 2))
+		}
+	}
+	st, err := b.store.Stats(b.ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, enq := st[0].Scheduled+st[1].Scheduled, st[0].Enqueued+st[1].Enqueued; n != 300 || enq != 300 {
+		t.Fatalf("%d scheduled, %d counted as enqueued; want 300 and 300", n, enq)
+	}
+	got, err := b.prod.Inspect(b.ctx, "m42")
+	if err != nil || string(got.Envelope.Body) != "42" {
+		t.Fatalf("inspect m42: %+v %v", got, err)
+	}
+}
+
+// A batch that fills a shard: the messages past its share of MaxPending
+// are refused with ErrCapacity, a duplicate is still a duplicate.
+func TestEnqueueBatchCapacity(t *testing.T) {
+	b := setup(t, 1)
+	prod := shard.NewProducer(b.store, fixed(1), shard.ProducerOptions{MaxPending: 10})
+	b.enqueue(t, "c0", time.Hour)
+	msgs := []shard.Message{{ID: "c0", Topic: "t", Delay: time.Hour}}
+	for i := 1; i <= 14; i++ {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("c%d", i), Topic: "t", Delay: time.Hour})
+	}
+	res, err := prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		var want error
+		switch {
+		case i == 0:
+			want = shard.ErrDuplicate
+		case i >= 10:
+			want = shard.ErrCapacity
+		}
+		if !errors.Is(r.Err, want) || (want == nil && r.Err != nil) {
+			t.Errorf("%s: %v, want %v", r.ID, r.Err, want)
+		}
+	}
+}
+
+// A batch announces the shard's new head once, when it brought the head
+// earlier, and not at all when it did not.
+func TestEnqueueBatchWakeNotice(t *testing.T) {
+	b := setup(t, 1)
+	sub := b.rdb.Subscribe(b.ctx, shard.WakeChannel(b.store.Namespace()))
+	defer sub.Close()
+	if _, err := sub.Receive(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	head := b.enqueue(t, "head", time.Hour)
+	if msg, err := sub.ReceiveMessage(b.ctx); err != nil || !strings.HasSuffix(msg.Payload, fmt.Sprint(head.Due.UnixMilli())) {
+		t.Fatalf("notice for the first head: %v %v", msg, err)
+	}
+	later := []shard.Message{{ID: "l1", Topic: "t", Delay: 2 * time.Hour}, {ID: "l2", Topic: "t", Delay: 3 * time.Hour}}
+	if _, err := b.prod.EnqueueBatch(b.ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	earlier := []shard.Message{{ID: "e1", Topic: "t", At: at.Add(time.Second)}, {ID: "e2", Topic: "t", At: at},
+		{ID: "e3", Topic: "t", At: at.Add(2 * time.Second)}}
+	if _, err := b.prod.EnqueueBatch(b.ctx, earlier); err != nil {
+		t.Fatal(err)
+	}
+	// The next notice is the earlier batch's: the later batch sent none.
+	msg, err := sub.ReceiveMessage(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, due, err := shard.ParseNotice(msg.Payload); err != nil || i != 0 || due != at.UnixMilli() {
+		t.Fatalf("notice %q, want shard 0 due %d", msg.Payload, at.UnixMilli())
+	}
+}
+
 func TestStats(t *testing.T) {
 	b := setup(t, 2)
 	b.enqueue(t, "now1", 0)

@@ -287,6 +287,19 @@ func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64,
 		[]any{id, env, mode, ms, up, s.wake, i, shardCap}
 }
 
+// enqueueManyArgs are the keys and arguments of one enqueueManyScript call
+// for the messages chunk (indexes into msgs and preps), all of one shard.
+func (s *Store) enqueueManyArgs(msgs []Message, preps []prepared, chunk []int) ([]string, []any) {
+	first := preps[chunk[0]]
+	ks := ShardKeys(s.ns, first.shard)
+	args := make([]any, 0, 4+4*len(chunk))
+	args = append(args, len(chunk), s.wake, first.shard, first.shardCap)
+	for _, i := range chunk {
+		args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
+	}
+	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters}, args
+}
+
 // enqueueStatus maps the enqueue script's reply to (due, error).
 func enqueueStatus(v []any, err error) (int64, error) {
 	if err != nil {
