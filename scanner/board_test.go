@@ -20,7 +20,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 // slow sample over a fast one.
 func TestBoardClockUsesFastestRoundTrip(t *testing.T) {
 	local := &fakeClock{t: time.UnixMilli(1_000_000)}
-	b := newDueBoard(local.now)
+	b := newDueBoard(local.now, 0)
 	// Redis runs 5 s ahead. A slow reply (20 ms round trip) first: Redis
 	// read its clock somewhere in those 20 ms.
 	sent := local.t
@@ -104,7 +104,7 @@ func waitNoOffer(t *testing.T, b *dueBoard) {
 // A head falls due on the estimated Redis clock, to the microsecond, and
 // is handed to one idle goroutine.
 func TestBoardHandsOutHeadAtDueTime(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	startDispatcher(t, b, time.Hour)
 	now := time.Now()
 	b.observe(3, now.Add(30*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
@@ -121,7 +121,7 @@ func TestBoardHandsOutHeadAtDueTime(t *testing.T) {
 // Each due head goes to exactly one goroutine, earliest first, and leaves
 // the board; with nothing due, nothing is handed out.
 func TestBoardHandsOutEachHeadOnce(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	now := time.Now()
 	b.observe(7, now.Add(-20*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
 	b.observe(2, now.Add(-10*time.Millisecond).UnixMilli(), now.UnixMilli(), now, now)
@@ -141,7 +141,7 @@ func TestBoardHandsOutEachHeadOnce(t *testing.T) {
 // A goroutine that takes the offered shard itself (takeDue, while busy)
 // withdraws the dispatcher's offer, so no idle goroutine visits it again.
 func TestBoardTakeDueWithdrawsOffer(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	startDispatcher(t, b, time.Hour)
 	now := time.Now()
 	b.observe(4, now.UnixMilli()-1, now.UnixMilli(), now, now)
@@ -156,7 +156,7 @@ func TestBoardTakeDueWithdrawsOffer(t *testing.T) {
 // head before the dispatcher, after the hand-off, takes the shard off the
 // board: the new head stays.
 func TestBoardHandOffKeepsNewerHead(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	startDispatcher(t, b, time.Hour)
 	now := time.Now()
 	b.observe(3, now.UnixMilli()-1, now.UnixMilli(), now, now)
@@ -177,10 +177,33 @@ func TestBoardHandOffKeepsNewerHead(t *testing.T) {
 	}
 }
 
+// A head that falls due after a round of hand-outs has ended waits for
+// the next round, one round after the start of the last.
+func TestBoardHandsOutInRounds(t *testing.T) {
+	const round = 80 * time.Millisecond
+	b := newDueBoard(time.Now, round)
+	startDispatcher(t, b, time.Hour)
+	now := time.Now()
+	b.observe(1, now.UnixMilli()-1, now.UnixMilli(), now, now)
+	if i, ok := receive(b, 5*time.Second); !ok || i != 1 {
+		t.Fatalf("received %d, %v; want shard 1", i, ok)
+	}
+	first := time.Now()
+	waitNoOffer(t, b) // the round has ended: nothing was due
+	now = time.Now()
+	b.observe(2, now.UnixMilli()-1, now.UnixMilli(), now, now)
+	if i, ok := receive(b, 5*time.Second); !ok || i != 2 {
+		t.Fatalf("received %d, %v; want shard 2", i, ok)
+	}
+	if gap := time.Since(first); gap < round-5*time.Millisecond {
+		t.Fatalf("second round %s after the first, want at least %s", gap, round)
+	}
+}
+
 // With nothing due, one goroutine at a time is sent on patrol, once per
 // interval.
 func TestBoardPatrolsEveryInterval(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	const every = 40 * time.Millisecond
 	start := time.Now()
 	startDispatcher(t, b, every)
@@ -201,7 +224,7 @@ func TestBoardPatrolsEveryInterval(t *testing.T) {
 
 // knowsAll: every shard below the high-water mark has replied once.
 func TestBoardKnowsAllShards(t *testing.T) {
-	b := newDueBoard(time.Now)
+	b := newDueBoard(time.Now, 0)
 	now := time.Now()
 	if b.knowsAll(0) || b.knowsAll(1) {
 		t.Fatal("knows all before any reply")
@@ -218,7 +241,7 @@ func TestBoardKnowsAllShards(t *testing.T) {
 // enqueue that announced the head) cannot make the board forget that head.
 func TestBoardKeepsNoticeNewerThanClaim(t *testing.T) {
 	local := &fakeClock{t: time.UnixMilli(2_000_000)}
-	b := newDueBoard(local.now)
+	b := newDueBoard(local.now, 0)
 	sent := local.t
 	local.t = local.t.Add(time.Millisecond)
 	b.notice(5, local.t.UnixMilli()+200) // arrives while the claim is under way

@@ -32,10 +32,12 @@
 //     goroutines wait on the process's due board: the head due times that
 //     claim replies report, and that the enqueue and reschedule scripts
 //     announce on a Pub/Sub channel whenever a shard gets a new head. The
-//     board's dispatcher hands the earliest due shard to exactly one idle
-//     goroutine when it falls due, so a message enqueued into an idle
-//     fleet is published within milliseconds of its due time, and a fleet
-//     that keeps up makes about one claim per due head instead of polling.
+//     board's dispatcher hands each due shard to exactly one idle
+//     goroutine, in rounds at most one per millisecond (heads that fall
+//     due meanwhile share the next round's pipelined claims and socket
+//     writes), so a message enqueued into an idle fleet is published
+//     within milliseconds of its due time, and a fleet that keeps up makes
+//     at most one claim per due head instead of polling.
 //     Because Pub/Sub is best effort, the dispatcher also sends one idle
 //     goroutine per process to visit a shard from the cursor every
 //     PatrolInterval (about 2 Redis commands per interval per process,

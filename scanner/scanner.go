@@ -165,6 +165,10 @@ type Scanner struct {
 	stopWakeSub context.CancelFunc
 }
 
+// dispatchRound is the least time between two rounds in which the due
+// board hands due shards to idle goroutines (see dueBoard.run).
+const dispatchRound = time.Millisecond
+
 // settlers is the number of goroutines waiting for confirms.
 const settlers = 8
 
@@ -187,7 +191,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 		d.Metrics = NewMetrics(prometheus.NewRegistry()) // counted, not exported
 	}
 	log := d.Log.Named("scanner")
-	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now), errLog: rateLimited{log: log, every: 5 * time.Second},
+	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
 	s.acks = newAckBatcher(s)
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
