@@ -633,13 +633,13 @@ type steadyResult struct {
 	ClaimP50 time.Duration `json:"claim_lateness_p50_le_ns"`
 	ClaimP99 time.Duration `json:"claim_lateness_p99_le_ns"`
 	// In the stationary window: CPU of every process (per dispatched
-	// message; the enqueues run on the same cores), and the claim and ack
-	// script calls per dispatched message.
-	CPU           *cpuUse       `json:"cpu,omitempty"`
-	ClaimAckCalls float64       `json:"claim_ack_calls_per_msg"`
-	Max           time.Duration `json:"lateness_max_ns"`
-	Early         int           `json:"early"`
-	Missing       int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
+	// message; the enqueues run on the same cores), and the scanners'
+	// claim script calls per dispatched message.
+	CPU          *cpuUse       `json:"cpu,omitempty"`
+	ClaimsPerMsg float64       `json:"claims_per_msg"`
+	Max          time.Duration `json:"lateness_max_ns"`
+	Early        int           `json:"early"`
+	Missing      int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
 }
 
 func (b *bench) steady(ctx context.Context) error {
@@ -671,8 +671,8 @@ func (b *bench) steady(ctx context.Context) error {
 				b.res.Steady = append(b.res.Steady, s)
 				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
 					k, n, 100*load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
-				say("  of which before the claim: p50 <= %s, p99 <= %s; claim+ack script calls %.2f per message; CPU %s",
-					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimAckCalls, s.CPU)
+				say("  of which before the claim: p50 <= %s, p99 <= %s; %.2f claims per message; CPU %s",
+					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimsPerMsg, s.CPU)
 				b.rdb.FlushAll(ctx)
 			}
 		}
@@ -680,7 +680,10 @@ func (b *bench) steady(ctx context.Context) error {
 	return nil
 }
 
-const claimLateness = "delayq_claim_lateness_seconds"
+const (
+	claimLateness = "delayq_claim_lateness_seconds"
+	claimDuration = "delayq_claim_duration_seconds" // its count: claim calls
+)
 
 // steadyRun: an open-loop producer enqueues rate msg/s, each due 1-5 s
 // later, for c.steadyFor; the run ends when all are delivered.
@@ -717,7 +720,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 			break
 		}
 		if w0.at.at.IsZero() && el >= 5*time.Second {
-			w0 = b.workWindow(ctx, f, t, sent)
+			w0 = b.workWindow(ctx, f, t)
 		}
 		want := int(rate * el.Seconds())
 		if want <= sent {
@@ -741,10 +744,10 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 		return res, err
 	}
 	if !w0.at.at.IsZero() {
-		w1 := b.workWindow(ctx, f, t, sent)
+		w1 := b.workWindow(ctx, f, t)
 		if n := int(w1.delivered - w0.delivered); n > 0 {
 			res.CPU = w1.at.since(w0.at, n)
-			res.ClaimAckCalls = float64(w1.scriptCalls-w0.scriptCalls-int64(w1.enqueued-w0.enqueued)) / float64(n)
+			res.ClaimsPerMsg = float64(w1.claims-w0.claims) / float64(n)
 		}
 	}
 	t.waitFor(ctx, sent, 60*time.Second) // past that, what is left is a backlog, reported as such
@@ -913,29 +916,27 @@ func (b *bench) idle(ctx context.Context) error {
 
 // window is a snapshot of the work done so far in a steady run.
 type window struct {
-	at          cpuSample
-	scriptCalls int64 // EVALSHA and EVAL calls
-	enqueued    int   // messages the producer has sent
-	delivered   int64 // deliveries the consumer has seen
+	at        cpuSample
+	claims    uint64 // claim script calls of the scanners
+	delivered int64  // deliveries the consumer has seen
 }
 
-func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally, sent int) window {
-	calls, _ := b.commandCalls(ctx, "cmdstat_evalsha:", "cmdstat_eval:")
-	return window{at: b.sampleCPU(f), scriptCalls: calls, enqueued: sent, delivered: t.count.Load()}
+func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally) window {
+	w := window{at: b.sampleCPU(f), delivered: t.count.Load()}
+	if hs, err := f.scrapeHistograms(ctx, claimDuration); err == nil {
+		w.claims = hs[claimDuration].count
+	}
+	return w
 }
 
-// commandCalls sums the calls of the commands in INFO commandstats whose
-// lines start with one of prefixes (none: every command).
-func (b *bench) commandCalls(ctx context.Context, prefixes ...string) (int64, error) {
+// commandCalls sums the calls of every command in INFO commandstats.
+func (b *bench) commandCalls(ctx context.Context) (int64, error) {
 	info, err := b.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, err
 	}
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
-		if len(prefixes) > 0 && !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(line, p) }) {
-			continue
-		}
 		if i := strings.Index(line, "calls="); i >= 0 && strings.HasPrefix(line, "cmdstat_") {
 			v := line[i+len("calls="):]
 			if j := strings.IndexByte(v, ','); j >= 0 {
