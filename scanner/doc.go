@@ -40,8 +40,9 @@
 //     at most one claim per due head instead of polling.
 //     Because Pub/Sub is best effort, the dispatcher also sends one idle
 //     goroutine per process to visit a shard from the cursor every
-//     PatrolInterval (about 2 Redis commands per interval per process,
-//     whatever M and the number of goroutines).
+//     PatrolInterval (about 5 Redis commands per interval per process,
+//     counting the claim script's own, whatever M and the number of
+//     goroutines).
 //  6. While a visit ends at its budget with messages still due (a
 //     backlog), the goroutine stays busy: every other visit goes to a shard
 //     the board knows is due (free goroutines converge on a hot shard); the

@@ -54,8 +54,9 @@ type Config struct {
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
 	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
-	// is best effort). Idle cost: about 2 Redis commands per interval per
-	// process. Default 250ms.
+	// is best effort) and leases that expired. Idle cost: about 5 Redis
+	// commands per interval per process (INCR, and the claim script's own
+	// calls). Default 1s.
 	PatrolInterval time.Duration
 }
 
@@ -79,7 +80,7 @@ func (c *Config) defaults() {
 		c.VisitBudget = 16
 	}
 	if c.PatrolInterval <= 0 {
-		c.PatrolInterval = 250 * time.Millisecond
+		c.PatrolInterval = time.Second
 	}
 	if c.Window <= 0 {
 		c.Window = 512
