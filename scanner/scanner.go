@@ -364,6 +364,10 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 			s.errLog.warn("claim", err)
 			sleep(claimCtx, backoff)
 			backoff = min(2*backoff, 2*time.Second)
+			// The board forgot shard i when it handed it out: visit from
+			// the cursor until a visit drains a shard, so heads lost with
+			// the failed claims are learned again.
+			idle = false
 			continue
 		}
 		backoff = 50 * time.Millisecond
