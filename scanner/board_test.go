@@ -90,6 +90,16 @@ func waitOffering(t *testing.T, b *dueBoard, offer int) {
 	}, func() string { return fmt.Sprintf("the dispatcher never offered %d", offer) })
 }
 
+// offeredBoard returns a board whose dispatcher offers shard i, due now.
+func offeredBoard(t *testing.T, i int) (*dueBoard, time.Time) {
+	b := newDueBoard(time.Now, 0)
+	startDispatcher(t, b, time.Hour)
+	now := time.Now()
+	b.observe(i, now.UnixMilli()-1, now.UnixMilli(), now, now)
+	waitOffering(t, b, i)
+	return b, now
+}
+
 // waitNoOffer waits until the dispatcher offers nothing; then no goroutine
 // can receive from ready.
 func waitNoOffer(t *testing.T, b *dueBoard) {
@@ -141,11 +151,7 @@ func TestBoardHandsOutEachHeadOnce(t *testing.T) {
 // A goroutine that takes the offered shard itself (takeDue, while busy)
 // withdraws the dispatcher's offer, so no idle goroutine visits it again.
 func TestBoardTakeDueWithdrawsOffer(t *testing.T) {
-	b := newDueBoard(time.Now, 0)
-	startDispatcher(t, b, time.Hour)
-	now := time.Now()
-	b.observe(4, now.UnixMilli()-1, now.UnixMilli(), now, now)
-	waitOffering(t, b, 4)
+	b, _ := offeredBoard(t, 4)
 	if i := b.takeDue(); i != 4 {
 		t.Fatalf("takeDue = %d, want 4", i)
 	}
@@ -156,11 +162,7 @@ func TestBoardTakeDueWithdrawsOffer(t *testing.T) {
 // head before the dispatcher, after the hand-off, takes the shard off the
 // board: the new head stays.
 func TestBoardHandOffKeepsNewerHead(t *testing.T) {
-	b := newDueBoard(time.Now, 0)
-	startDispatcher(t, b, time.Hour)
-	now := time.Now()
-	b.observe(3, now.UnixMilli()-1, now.UnixMilli(), now, now)
-	waitOffering(t, b, 3)
+	b, now := offeredBoard(t, 3)
 	b.mu.Lock() // the dispatcher cannot take it off the board before the new head is in
 	if i, ok := receive(b, 5*time.Second); !ok || i != 3 {
 		b.mu.Unlock()
