@@ -22,6 +22,7 @@ import (
 type dueBoard struct {
 	mu       sync.Mutex
 	heads    map[int]head  // shard -> its earliest message, as last learned
+	order    *headHeap     // the shards of heads, earliest due first
 	sets     uint64        // head updates so far; numbers them
 	seen     map[int]bool  // shards this process has had a claim reply from
 	seenUpTo int           // every shard below it is in seen
@@ -65,7 +66,7 @@ const (
 const clockSampleTTL = 2 * time.Second
 
 func newDueBoard(now func() time.Time, round time.Duration) *dueBoard {
-	return &dueBoard{heads: map[int]head{}, seen: map[int]bool{},
+	return &dueBoard{heads: map[int]head{}, order: newHeadHeap(), seen: map[int]bool{},
 		changed: make(chan struct{}), offering: noOffer, ready: make(chan int), round: round, now: now}
 }
 
@@ -108,6 +109,7 @@ func (b *dueBoard) observe(i int, headMs, nowMs int64, sent, recv time.Time) {
 
 func (b *dueBoard) forgetLocked(i int) {
 	delete(b.heads, i)
+	b.order.remove(i)
 }
 
 // setLocked records head due of shard i, learned now; the caller holds mu
@@ -115,6 +117,7 @@ func (b *dueBoard) forgetLocked(i int) {
 func (b *dueBoard) setLocked(i int, due int64) {
 	b.sets++
 	b.heads[i] = head{due: due, learned: b.now(), set: b.sets}
+	b.order.set(i, due)
 }
 
 // notice records a wake-up notice: shard i has a new head due at dueMs.
@@ -161,15 +164,7 @@ func (b *dueBoard) knowsAll(hw int) bool {
 	return hw > 0 && hw <= b.seenUpTo
 }
 
-func (b *dueBoard) earliestLocked() (int, int64) {
-	best, bestDue := -1, int64(math.MaxInt64)
-	for i, h := range b.heads {
-		if h.due < bestDue {
-			best, bestDue = i, h.due
-		}
-	}
-	return best, bestDue
-}
+func (b *dueBoard) earliestLocked() (int, int64) { return b.order.earliest() }
 
 // run is the dispatcher: until ctx ends, it offers the earliest due
 // shard, or a patrol every patrolEvery, to whichever idle goroutine
