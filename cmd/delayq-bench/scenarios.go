@@ -712,7 +712,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	var enqErr atomic.Value
 	// The machine's work in the stationary part of the run (from 5 s,
 	// when every delay of 1-5 s is in play, to the producer's end): CPU
-	// of every process, and Redis script calls other than the enqueues.
+	// of every process, and the scanners' claims.
 	var w0 window
 	for now := range tick.C {
 		el := now.Sub(start)
@@ -720,7 +720,9 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 			break
 		}
 		if w0.at.at.IsZero() && el >= 5*time.Second {
-			w0 = b.workWindow(ctx, f, t)
+			if w0, err = b.workWindow(ctx, f, t); err != nil {
+				break // after the sends under way are done
+			}
 		}
 		want := int(rate * el.Seconds())
 		if want <= sent {
@@ -740,11 +742,17 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	}
 	tick.Stop()
 	wg.Wait()
+	if err != nil {
+		return res, err
+	}
 	if err, _ := enqErr.Load().(error); err != nil {
 		return res, err
 	}
 	if !w0.at.at.IsZero() {
-		w1 := b.workWindow(ctx, f, t)
+		w1, err := b.workWindow(ctx, f, t)
+		if err != nil {
+			return res, err
+		}
 		if n := int(w1.delivered - w0.delivered); n > 0 {
 			res.CPU = w1.at.since(w0.at, n)
 			res.ClaimsPerMsg = float64(w1.claims-w0.claims) / float64(n)
@@ -921,12 +929,14 @@ type window struct {
 	delivered int64  // deliveries the consumer has seen
 }
 
-func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally) window {
+func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally) (window, error) {
 	w := window{at: b.sampleCPU(f), delivered: t.count.Load()}
-	if hs, err := f.scrapeHistograms(ctx, claimDuration); err == nil {
-		w.claims = hs[claimDuration].count
+	hs, err := f.scrapeHistograms(ctx, claimDuration)
+	if err != nil {
+		return w, err
 	}
-	return w
+	w.claims = hs[claimDuration].count
+	return w, nil
 }
 
 // commandCalls sums the calls of every command in INFO commandstats.
