@@ -42,8 +42,20 @@ type Options struct {
 // accepts AMQP connections (about 5-10 s).
 func StartRabbit() (*Rabbit, error) { return StartRabbitWith(Options{}) }
 
-// StartRabbitWith is StartRabbit with options.
+// StartRabbitWith is StartRabbit with options. The ports are picked free
+// before the node binds them, so another process may take one meanwhile
+// (tests start servers in parallel): then it starts again on new ports, up
+// to three times.
 func StartRabbitWith(opts Options) (*Rabbit, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := startRabbitOnce(opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "eaddrinuse") {
+			return r, err
+		}
+	}
+}
+
+func startRabbitOnce(opts Options) (*Rabbit, error) {
 	if _, err := os.Stat(rabbitBin + "rabbitmq-server"); err != nil {
 		return nil, fmt.Errorf("rabbitmq-server: %w", shardtest.ErrNoBinary)
 	}
