@@ -2,6 +2,7 @@ package balance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -216,22 +217,28 @@ func (l *Layout) drain(ctx context.Context, m int, lay shard.Layout, stableFor t
 			top = m + i + 1
 		}
 	}
-	switch {
-	case top > lay.HighWater:
-		l.log.Warn("messages found above the high-water mark (a producer wrote with an old M); covering them again",
-			zap.Int("shard", top-1), zap.Int("high_water", lay.HighWater))
-	case top < lay.HighWater && stableFor >= l.opts.Grace:
-		l.log.Info("retired shards are empty; lowering the high-water mark",
-			zap.Int("m", m), zap.Int("from", lay.HighWater), zap.Int("to", top))
-	default:
+	raise := top > lay.HighWater
+	if !raise && (top == lay.HighWater || stableFor < l.opts.Grace) {
 		return nil
 	}
 	ok, err := l.store.SetHighWater(ctx, lay.HighWater, top)
-	if err != nil {
+	if errors.Is(err, shard.ErrPinned) {
+		// A producer still writes under a larger M: its shards stay
+		// covered until its pin expires.
+		l.log.Debug("retired shards are empty, but a producer pinned a larger M; keeping the mark",
+			zap.Int("m", m), zap.Int("high_water", lay.HighWater))
+		return nil
+	}
+	if err != nil || !ok {
 		return err
 	}
-	if ok {
-		l.hwm.Store(int64(top))
+	l.hwm.Store(int64(top))
+	if raise {
+		l.log.Warn("messages found above the high-water mark (a producer wrote with an old M); covering them again",
+			zap.Int("shard", top-1), zap.Int("from", lay.HighWater), zap.Int("to", top))
+	} else {
+		l.log.Info("retired shards are empty; lowered the high-water mark",
+			zap.Int("m", m), zap.Int("from", lay.HighWater), zap.Int("to", top))
 	}
 	return nil
 }

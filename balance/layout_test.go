@@ -46,8 +46,9 @@ func TestLayoutDrainsRetiredShards(t *testing.T) {
 	if hw() != 8 {
 		t.Fatalf("high-water %d, want 8", hw())
 	}
-	// A message written under M=8 into shard 6.
-	prod8 := shard.NewProducer(st, balance.Static(8), shard.ProducerOptions{})
+	// A message written under M=8 into shard 6, by a producer whose pin
+	// of M=8 expires soon after it stops writing.
+	prod8 := shard.NewProducer(st, balance.Static(8), shard.ProducerOptions{Pin: 20 * time.Millisecond})
 	old := idIn(6, 8)
 	if _, err := prod8.Enqueue(t.Context(), shard.Message{ID: old, Topic: "t", Delay: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -64,7 +65,9 @@ func TestLayoutDrainsRetiredShards(t *testing.T) {
 		t.Fatalf("cancel after shrink: %v", err)
 	}
 	shardtest.WaitFor(t, 5*time.Second, func() bool { return hw() == 2 }, func() string { return "mark stays at " + itoa(hw()) })
-	// A late producer still on M=8 writes into shard 5: the sweep covers it.
+	// A late producer still on M=8 writes into shard 5: its pin raises the
+	// mark to 8 at once, and once the pin expires the sweep keeps shard 5
+	// covered.
 	late := idIn(5, 8)
 	if _, err := prod8.Enqueue(t.Context(), shard.Message{ID: late, Topic: "t", Delay: time.Hour}); err != nil {
 		t.Fatal(err)

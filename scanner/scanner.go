@@ -418,7 +418,11 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		}
 		s.d.Metrics.ClaimTime.Observe(time.Since(start).Seconds())
 		s.d.Metrics.Claimed.Add(float64(len(res.Msgs)))
-		s.board.observe(i, res.HeadMs, res.NowMs, sent, s.d.Now())
+		// The board hears when the shard next has work: a message that
+		// falls due, or a lease that expires (a crashed scanner's
+		// messages are due work too).
+		next := res.NextWorkMs()
+		s.board.observe(i, next, res.NowMs, sent, s.d.Now())
 		s.reaped.Add(int64(res.Reaped))
 		if len(res.Msgs) == 0 {
 			return total, true, nil
@@ -430,9 +434,9 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		total += len(res.Msgs)
 		s.deliver(workCtx, i, res.Msgs)
 		// The claim read one entry past its batch: the new head. When it
-		// is not due yet (or the shard is empty), another claim would
-		// come back empty.
-		if res.HeadMs < 0 || res.HeadMs > res.NowMs {
+		// is not due yet (or the shard is empty), and no more leases have
+		// expired, another claim would come back empty.
+		if next < 0 || next > res.NowMs {
 			return total, true, nil
 		}
 	}

@@ -68,7 +68,7 @@ func (s *Store) DeadIDs(ctx context.Context, i, n int) ([]string, error) {
 // when the id is not dead there.
 func (s *Store) Redrive(ctx context.Context, i int, id string) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := redriveScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Due}, id, s.wake, i).Int()
+	n, err := redriveScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Due, ks.Attempts}, id, s.wake, i).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redrive %q in shard %d: %w", id, i, err)

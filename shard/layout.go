@@ -2,7 +2,10 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,51 +22,80 @@ type Layout struct {
 	// (0, 0 when none was recorded).
 	M      int
 	MIndex uint64
+	// Used are the shard counts messages may have been written under,
+	// ascending: an id can be in shard Of(id, u) of any of them.
+	Used []int
 }
 
 // RaiseLayout records that m shards are in use (index: the Consul
 // ModifyIndex m came with, 0 if it did not come from Consul) and returns
 // the layout after the update. The high-water mark never goes down here.
 func (s *Store) RaiseLayout(ctx context.Context, m int, index uint64) (Layout, error) {
-	v, err := raiseLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, m, index).Slice()
+	return s.raiseLayout(ctx, m, index, 0)
+}
+
+// PinLayout raises the layout to m, as RaiseLayout does, and pins m for
+// ttl (by the Redis clock): until the pin expires, or a later pin of m
+// renews it, SetHighWater refuses to lower the mark below m. A producer
+// pins the M it writes under, so that whatever M it was given, every shard
+// it writes to is covered by the scanners.
+func (s *Store) PinLayout(ctx context.Context, m int, ttl time.Duration) (Layout, error) {
+	if ttl < time.Millisecond {
+		return Layout{}, fmt.Errorf("pin layout: ttl %s is under 1ms", ttl)
+	}
+	return s.raiseLayout(ctx, m, 0, ttl.Milliseconds())
+}
+
+func (s *Store) raiseLayout(ctx context.Context, m int, index uint64, pinMs int64) (Layout, error) {
+	if m < 1 {
+		return Layout{}, fmt.Errorf("record layout: shard count %d < 1", m)
+	}
+	v, err := raiseLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, m, index, pinMs).Slice()
 	if err != nil {
 		return Layout{}, fmt.Errorf("record layout: %w", err)
 	}
-	if len(v) != 4 {
-		return Layout{}, fmt.Errorf("record layout: unexpected reply of %d fields", len(v))
-	}
-	r := reply{v: v, what: "layout reply"}
-	l := Layout{HighWater: int(r.int(0)), MaxEver: int(r.int(1)), M: int(r.int(2)), MIndex: uint64(r.int(3))}
-	if r.err != nil {
-		return Layout{}, fmt.Errorf("record layout: %w", r.err)
-	}
-	return l, nil
+	return parseLayout(v)
 }
 
 // ReadLayout returns the recorded layout (all zero when none was recorded).
 func (s *Store) ReadLayout(ctx context.Context) (Layout, error) {
-	v, err := s.rdb.HMGet(ctx, LayoutKey(s.ns), "hwm", "maxever", "m", "m_index").Result()
+	v, err := readLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}).Slice()
 	if err != nil {
 		return Layout{}, fmt.Errorf("read layout: %w", err)
 	}
-	var n [4]int64
-	for i, x := range v {
-		if x == nil {
-			continue
-		}
-		if _, err := fmt.Sscan(x.(string), &n[i]); err != nil {
-			return Layout{}, fmt.Errorf("read layout: field %d is %q: %w", i, x, err)
-		}
-	}
-	return Layout{HighWater: int(n[0]), MaxEver: int(n[1]), M: int(n[2]), MIndex: uint64(n[3])}, nil
+	return parseLayout(v)
 }
 
+func parseLayout(v []any) (Layout, error) {
+	if len(v) < 4 {
+		return Layout{}, fmt.Errorf("layout: unexpected reply of %d fields", len(v))
+	}
+	r := reply{v: v, what: "layout reply"}
+	l := Layout{HighWater: int(r.int(0)), MaxEver: int(r.int(1)), M: int(r.int(2)), MIndex: uint64(r.int(3))}
+	for j := 4; j < len(v); j++ {
+		l.Used = append(l.Used, int(r.int(j)))
+	}
+	slices.Sort(l.Used)
+	if r.err != nil {
+		return Layout{}, fmt.Errorf("layout: %w", r.err)
+	}
+	return l, nil
+}
+
+// ErrPinned: SetHighWater would lower the mark below an M that a producer
+// pinned (PinLayout) and may still write under.
+var ErrPinned = errors.New("a producer pinned a larger shard count")
+
 // SetHighWater moves the high-water mark from old to new, if it is still
-// old; it reports whether it did.
+// old; it reports whether it did. Lowering it below a pinned M fails with
+// ErrPinned.
 func (s *Store) SetHighWater(ctx context.Context, old, new int) (bool, error) {
 	n, err := setHighWaterScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, old, new).Int()
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("set high-water mark %d -> %d: %w", old, new, err)
+	case n == -1:
+		return false, fmt.Errorf("set high-water mark %d -> %d: %w", old, new, ErrPinned)
 	}
 	return n == 1, nil
 }
@@ -95,28 +127,55 @@ func (s *Store) Occupied(ctx context.Context, from, to int) ([]bool, error) {
 }
 
 // locateElsewhere looks for message id in every shard below upTo except
-// skip, in one pipeline (messages stay in the shard they were written to
-// when M changes, so after a resize an id can be in another shard).
+// skip (messages stay in the shard they were written to when M changes, so
+// after a resize an id can be in another shard).
 func (s *Store) locateElsewhere(ctx context.Context, id string, skip, upTo int) (int, bool, error) {
-	if upTo <= 1 {
-		return 0, false, nil
+	var in []int
+	for i := range upTo {
+		if i != skip {
+			in = append(in, i)
+		}
 	}
-	cmds := make([]*redis.BoolCmd, upTo)
+	found, err := s.locateEach(ctx, []string{id}, [][]int{in})
+	if err != nil {
+		return 0, false, err
+	}
+	return found[0], found[0] >= 0, nil
+}
+
+// locateEach looks for each of ids in the shards in[j] (for ids[j]), in
+// one pipeline of HEXISTS. It returns for each id the first of its shards
+// that holds it (scheduled, in flight or dead), or -1.
+func (s *Store) locateEach(ctx context.Context, ids []string, in [][]int) ([]int, error) {
+	found := make([]int, len(ids))
+	n := 0
+	for j := range found {
+		found[j] = -1
+		n += len(in[j])
+	}
+	if n == 0 {
+		return found, nil
+	}
+	cmds := make([]*redis.BoolCmd, 0, n)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range upTo {
-			if i != skip {
-				cmds[i] = p.HExists(ctx, ShardKeys(s.ns, i).Msg, id)
+		for j, id := range ids {
+			for _, i := range in[j] {
+				cmds = append(cmds, p.HExists(ctx, ShardKeys(s.ns, i).Msg, id))
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("locate %q: %w", id, err)
+		return nil, fmt.Errorf("locate %d ids: %w", len(ids), err)
 	}
-	for i, c := range cmds {
-		if c != nil && c.Val() {
-			return i, true, nil
+	n = 0
+	for j := range ids {
+		for _, i := range in[j] {
+			if cmds[n].Val() && found[j] < 0 {
+				found[j] = i
+			}
+			n++
 		}
 	}
-	return 0, false, nil
+	return found, nil
 }

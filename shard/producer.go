@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,16 +40,105 @@ type ProducerOptions struct {
 	// contend on; the namespace may hold slightly less than MaxPending when
 	// ids spread unevenly. 0 = no limit (default).
 	MaxPending int
+	// Pin is how long the producer's pin of its M lasts in the layout
+	// (see Producer); it is renewed every Pin/4 while the producer writes.
+	// Default 1 minute.
+	Pin time.Duration
 }
 
 // Producer is the SDK: it schedules, cancels, reschedules and inspects
 // messages. It is safe for concurrent use.
+//
+// Whatever M its ShardCounter gives, a Producer pins that M in the
+// namespace's layout in Redis (Store.PinLayout) before it writes, and
+// renews the pin while it keeps writing: the scanners cover
+// every shard below the high-water mark, and no scanner lowers the mark
+// below a pinned M. So a producer given a larger M than the fleet's (a
+// static M in its config) still has every message published; one given a
+// smaller M writes to shards the fleet covers anyway.
+//
+// Ids stay unique across a resize. The layout records every M messages
+// were written under (Layout.Used); an id can only be in shard Of(id, u)
+// for one of them. When one of those shards is not the id's shard under
+// the current M, Enqueue, Upsert and EnqueueBatch look for the id there
+// first (one more pipelined round trip of HEXISTS), and Upsert replaces
+// the copy where it is. When only one M was ever used, or the other Ms
+// put the id in the same shard, they cost no extra round trip. The look-up
+// and the write are two steps: two producers that enqueue the same id at
+// the same moment under different M can both succeed (the consumer's
+// dedupe on message_id catches that rare copy). Ms used before the layout
+// recorded them (delayq before 0.x) are not known.
 type Producer struct {
 	store      *Store
 	shards     ShardCounter
 	maxBody    int
 	maxPending int
 	now        func() time.Time
+
+	pinTTL time.Duration // ProducerOptions.Pin
+	pin    pinState
+}
+
+// defaultPin is ProducerOptions.Pin's default. A pin is renewed when a
+// quarter of it has passed, long before it expires, so every write
+// happens under a pin.
+const defaultPin = time.Minute
+
+// pinState is the producer's last pin of its M and what Redis said of the
+// layout then.
+type pinState struct {
+	mu  sync.Mutex
+	m   int       // the M pinned
+	lay Layout    // the layout after that pin
+	at  time.Time // when the pin was sent (monotonic clock)
+}
+
+// pinned pins m (at most every pinTTL/4; the calls that find the pin
+// fresh cost nothing) and returns the layout as of the last pin. Calls
+// that come while a renewal is under way wait for it.
+func (p *Producer) pinned(ctx context.Context, m int) (Layout, error) {
+	p.pin.mu.Lock()
+	defer p.pin.mu.Unlock()
+	if p.pin.m == m && time.Since(p.pin.at) < p.pinTTL/4 {
+		return p.pin.lay, nil
+	}
+	sent := time.Now()
+	lay, err := p.store.PinLayout(ctx, m, p.pinTTL)
+	if err != nil {
+		return Layout{}, err
+	}
+	p.pin.m, p.pin.lay, p.pin.at = m, lay, sent
+	return lay, nil
+}
+
+// spread returns how many shards may hold an id when it hashes onto m:
+// the mark as of the last pin, or a Layout's own mark when that is higher
+// (fresher).
+func (p *Producer) spread(ctx context.Context, m int) (int, error) {
+	lay, err := p.pinned(ctx, m)
+	if err != nil {
+		return 0, err
+	}
+	upTo := max(m, lay.HighWater)
+	if hw, ok := p.shards.(highWaterer); ok {
+		if h, err := hw.HighWater(); err == nil {
+			upTo = max(upTo, h)
+		}
+	}
+	return upTo, nil
+}
+
+// olderShards returns the shards other than Of(id, m) where an older M
+// may have put id (nil: none, the usual case).
+func olderShards(id string, m int, used []int) []int {
+	own := Of(id, m)
+	var out []int
+	for _, u := range used {
+		if i := Of(id, u); i != own && !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // NewProducer returns a Producer writing through store, hashing ids onto
@@ -59,6 +150,9 @@ func NewProducer(store *Store, shards ShardCounter, opts ProducerOptions) *Produ
 	}
 	if p.now == nil {
 		p.now = time.Now
+	}
+	if p.pinTTL = opts.Pin; p.pinTTL <= 0 {
+		p.pinTTL = defaultPin
 	}
 	return p
 }
@@ -87,6 +181,21 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
+	lay, err := p.pinned(ctx, pm.m)
+	if err != nil {
+		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
+	}
+	if in := olderShards(m.ID, pm.m, lay.Used); in != nil { // an older M may have left the id there
+		found, err := p.store.locateEach(ctx, []string{m.ID}, [][]int{in})
+		switch {
+		case err != nil:
+			return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
+		case found[0] >= 0 && !upsert:
+			return Scheduled{}, fmt.Errorf("enqueue %q: %w (in shard %d, written under an older shard count)", m.ID, ErrDuplicate, found[0])
+		case found[0] >= 0:
+			pm.shard = found[0] // replace it where it is: one atomic script call
+		}
+	}
 	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
 	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
 	if err != nil {
@@ -96,6 +205,7 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 }
 
 type prepared struct {
+	m        int // the shard count the id was hashed onto
 	shard    int
 	shardCap int // this shard's share of MaxPending, 0 = none
 	env      []byte
@@ -116,7 +226,7 @@ func (p *Producer) prepare(m *Message) (prepared, error) {
 	if err != nil {
 		return prepared{}, fmt.Errorf("shard count: %w", err)
 	}
-	pm := prepared{shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}
+	pm := prepared{m: n, shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}
 	if p.maxPending > 0 {
 		pm.shardCap = (p.maxPending + n - 1) / n
 	}
@@ -151,6 +261,11 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		preps[i] = pm
 		res[i].Shard = pm.shard
 		todo = append(todo, i)
+	}
+	if len(todo) > 0 {
+		if err := p.refuseElsewhere(ctx, msgs, preps, res, &todo); err != nil {
+			return res, p.failAll(res, todo, err)
+		}
 	}
 	// Two passes at most: the second loads the scripts and reruns the
 	// calls refused with NOSCRIPT (Redis restarted and lost its script
@@ -208,6 +323,34 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 	return res, batchErr
 }
 
+// refuseElsewhere marks as duplicates the messages of todo whose id an
+// older M left in another shard, and drops them from todo (one pipelined
+// round trip, only when another M was used: Layout.Used).
+func (p *Producer) refuseElsewhere(ctx context.Context, msgs []Message, preps []prepared, res []BatchResult, todo *[]int) error {
+	lay, err := p.pinned(ctx, preps[(*todo)[0]].m)
+	if err != nil || len(lay.Used) < 2 {
+		return err
+	}
+	ids, in := make([]string, len(*todo)), make([][]int, len(*todo))
+	for j, i := range *todo {
+		ids[j], in[j] = msgs[i].ID, olderShards(msgs[i].ID, preps[i].m, lay.Used)
+	}
+	found, err := p.store.locateEach(ctx, ids, in)
+	if err != nil {
+		return err
+	}
+	kept := (*todo)[:0]
+	for j, i := range *todo {
+		if found[j] >= 0 {
+			res[i].Err = fmt.Errorf("enqueue %q: %w (in shard %d, written under an older shard count)", ids[j], ErrDuplicate, found[j])
+			continue
+		}
+		kept = append(kept, i)
+	}
+	*todo = kept
+	return nil
+}
+
 // Bounds of one enqueueManyScript call: its work, and the size of its
 // arguments (Redis parses them all before the script runs).
 const (
@@ -254,7 +397,7 @@ func (p *Producer) failAll(res []BatchResult, todo []int, err error) error {
 
 // shardOf returns the shard an id hashes to now, and how many shards may
 // hold it (for a lookup after a resize).
-func (p *Producer) shardOf(id string) (shard, upTo int, err error) {
+func (p *Producer) shardOf(ctx context.Context, id string) (shard, upTo int, err error) {
 	if err := validateID(id); err != nil {
 		return 0, 0, err
 	}
@@ -262,11 +405,8 @@ func (p *Producer) shardOf(id string) (shard, upTo int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("shard count: %w", err)
 	}
-	upTo = n
-	if hw, ok := p.shards.(highWaterer); ok {
-		if h, err := hw.HighWater(); err == nil {
-			upTo = max(h, n)
-		}
+	if upTo, err = p.spread(ctx, n); err != nil {
+		return 0, 0, err
 	}
 	return Of(id, n), upTo, nil
 }
@@ -274,7 +414,7 @@ func (p *Producer) shardOf(id string) (shard, upTo int, err error) {
 // elsewhere runs op on the shard of id and, when that says ErrNotFound,
 // on the shard that holds id after a resize, if any.
 func (p *Producer) elsewhere(ctx context.Context, id string, op func(shard int) error) error {
-	i, upTo, err := p.shardOf(id)
+	i, upTo, err := p.shardOf(ctx, id)
 	if err != nil {
 		return err
 	}

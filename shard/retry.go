@@ -75,7 +75,7 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}
-	i, _, err := p.shardOf(d.MessageID)
+	i, _, err := p.shardOf(ctx, d.MessageID)
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}

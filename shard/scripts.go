@@ -118,36 +118,85 @@ end
 return out
 `)
 
+// metaOf is the prelude of the scripts that read the attempts hash. Its
+// value for an id is "<redeliveries>:<scheduled ms>" once the message has
+// been claimed, or a bare "<redeliveries>" (written by older versions, or
+// after a reschedule). The scheduled time is the due time the message was
+// scheduled for, which the due ZSET's score no longer shows while the
+// message is in flight, or after a failed publish set it due again later:
+// every delivery reports it, and an expired lease puts the message back at
+// it, so a redelivery is never mistaken for an on-time one.
+const metaOf = `
+local function meta_of(v)
+  if not v then return 0, nil end
+  local a, s = string.match(v, '^(%d+):(-?%d+)$')
+  if a then return tonumber(a), tonumber(s) end
+  return tonumber(v) or 0, nil
+end
+local function meta(a, s)
+  return string.format('%d:%d', a, s)
+end
+-- forget_scheduled drops the scheduled time kept for id (a reschedule or a
+-- redrive sets a new one: the due score), keeping its redelivery count.
+local function forget_scheduled(key, id)
+  local a, s = meta_of(redis.call('HGET', key, id))
+  if not s then return end
+  if a > 0 then redis.call('HSET', key, id, a) else redis.call('HDEL', key, id) end
+end
+`
+
 // claimScript is the heart of delayq: the atomic claim.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
 //	ARGV[1] k, the most messages to claim (>= 1)   ARGV[2] lease ms
+//	ARGV[3] r, the most expired leases to re-queue (>= 1)
 //
-// First it re-queues up to k leases that expired (score now, attempts + 1):
-// the reaper lives here, so any shard that is visited can never strand a
-// lease. Then ZRANGEBYSCORE due -inf +inf WITHSCORES LIMIT 0 k+1 reads the
-// k+1 earliest entries; the n <= k of them that are due are taken with
-// ZREMRANGEBYRANK due 0 n-1 and move into inflight with lease deadline now
-// + lease. The deadline doubles as the lease token that ack, release and
-// deadletter must present. The one extra entry read is the new head, so
-// the claim needs no second range query; the envelopes and attempt counts
-// of all n come from one HMGET each, and the leases from one ZADD, so a
-// claim makes the same 7 calls whatever k is (plus 4 per reaped lease).
+// First, when the earliest lease has expired, it re-queues up to r expired
+// leases: each goes back to the due set at the time it was scheduled for
+// (so among due messages the earliest scheduled goes first), with its
+// redelivery count raised. The reaper lives here, so any shard that is
+// visited can never strand a lease, and a claim reply says when the
+// shard's next lease expires, so the fleet visits the shard then, as it
+// does when a message falls due. Then ZRANGEBYSCORE due -inf +inf
+// WITHSCORES LIMIT 0 k+1 reads the k+1 earliest entries; the n <= k of
+// them that are due are taken with ZREMRANGEBYRANK due 0 n-1 and move into
+// inflight with lease deadline now + lease. The deadline doubles as the
+// lease token that ack, release and deadletter must present. The one extra
+// entry read is the new head, so the claim needs no second range query;
+// the envelopes and attempts of all n come from one HMGET each, their
+// leases go in with one ZADD and their scheduled times with one HSET, so a
+// claim makes the same 8 calls whatever k is (plus 6 when it reaps).
 //
-// Returns {now, head, reaped, id, token, due, envelope|nil, attempts, ...}:
-// five fields per claimed message in due order; head is the due time of the
-// earliest message still scheduled (-1 if none); attempts counts earlier
-// deliveries (0 on the first).
-// Complexity: O(log N + k log N).
-var claimScript = redis.NewScript(nowMs + `
-local k = tonumber(ARGV[1])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, k)
-for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('ZADD', KEYS[1], now, id)
-  redis.call('HINCRBY', KEYS[4], id, 1)
+// Returns {now, head, reaped, lease head, id, token, scheduled, envelope|nil,
+// attempts, ...}: five fields per claimed message in due order; head is the
+// due time of the earliest message still scheduled, lease head the deadline
+// of the earliest lease still held (-1 if none; at most now when more
+// leases have expired than this call re-queued); scheduled is the time the
+// message was scheduled for; attempts counts earlier deliveries (0 on the
+// first).
+// Complexity: O(log N + (k + r) log N).
+var claimScript = redis.NewScript(nowMs + metaOf + `
+local k, r = tonumber(ARGV[1]), tonumber(ARGV[3])
+local reaped = 0
+local lh = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if #lh > 0 and tonumber(lh[2]) <= now then
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, r)
+  reaped = #expired
+  local metas = redis.call('HMGET', KEYS[4], unpack(expired))
+  local back, upd = {}, {}
+  for j, id in ipairs(expired) do
+    local a, s = meta_of(metas[j])
+    s = s or now -- leased by an older version, which kept no scheduled time
+    back[2 * j - 1], back[2 * j] = s, id
+    upd[2 * j - 1], upd[2 * j] = id, meta(a + 1, s)
+  end
+  redis.call('ZREM', KEYS[3], unpack(expired))
+  redis.call('ZADD', KEYS[1], unpack(back))
+  redis.call('HSET', KEYS[4], unpack(upd))
+  lh = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 end
-local out = {now, -1, #expired}
+local out = {now, -1, reaped, -1}
+if #lh > 0 then out[4] = tonumber(lh[2]) end
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, k + 1)
 local n = 0
 while n < k and 2 * n + 2 <= #first and tonumber(first[2 * n + 2]) <= now do n = n + 1 end
@@ -162,15 +211,21 @@ if n > 0 then
     leases[2 * i] = ids[i]
   end
   redis.call('ZADD', KEYS[3], unpack(leases))
+  if out[4] < 0 or deadline < out[4] then out[4] = deadline end
   local envs = redis.call('HMGET', KEYS[2], unpack(ids))
-  local atts = redis.call('HMGET', KEYS[4], unpack(ids))
+  local metas = redis.call('HMGET', KEYS[4], unpack(ids))
+  local upd = {}
   for i = 1, n do
+    local a, s = meta_of(metas[i])
+    s = s or tonumber(first[2 * i])
+    upd[2 * i - 1], upd[2 * i] = ids[i], meta(a, s)
     out[#out + 1] = ids[i]
     out[#out + 1] = deadline
-    out[#out + 1] = tonumber(first[2 * i])
+    out[#out + 1] = s
     out[#out + 1] = envs[i]
-    out[#out + 1] = tonumber(atts[i] or '0')
+    out[#out + 1] = a
   end
+  redis.call('HSET', KEYS[4], unpack(upd))
 end
 return out
 `)
@@ -217,14 +272,18 @@ return #acked
 //	ARGV[1] id   ARGV[2] lease token   ARGV[3] retry delay ms
 //
 // When the lease is still held: due at now + delay, attempts + 1 (the
-// publish may have reached the broker, so the next one is a redelivery).
+// publish may have reached the broker, so the next one is a redelivery);
+// the scheduled time the claim recorded stays, so the next delivery still
+// says when the message was due.
 // Returns 1 if released, 0 if the lease was already lost. Complexity: O(log N).
-var releaseScript = redis.NewScript(nowMs + `
-local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
+var releaseScript = redis.NewScript(nowMs + metaOf + `
+local l = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not l or tonumber(l) ~= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+local due = now + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], due, ARGV[1])
+local a, s = meta_of(redis.call('HGET', KEYS[3], ARGV[1]))
+redis.call('HSET', KEYS[3], ARGV[1], meta(a + 1, s or due))
 return 1
 `)
 
@@ -263,18 +322,21 @@ return 1
 
 // rescheduleScript moves the due time of a scheduled message.
 //
-//	KEYS[1] due ZSET   KEYS[2] inflight ZSET
+//	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
 //	ARGV[1] id   ARGV[2] "delay" | "at"   ARGV[3] delay ms or absolute due ms
 //	ARGV[4] wake channel   ARGV[5] shard index
 //
+// The new due time is also the time the message is scheduled for from now
+// on (a scheduled time kept from an earlier delivery is dropped).
 // Returns {1, due} moved, {0, 0} not scheduled here, {-1, 0} in flight.
 // Complexity: O(log N).
-var rescheduleScript = redis.NewScript(nowMs + wakeIfHead + `
+var rescheduleScript = redis.NewScript(nowMs + wakeIfHead + metaOf + `
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {-1, 0} end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, 0} end
 local due = tonumber(ARGV[3])
 if ARGV[2] == 'delay' then due = now + due end
 redis.call('ZADD', KEYS[1], 'XX', due, ARGV[1])
+forget_scheduled(KEYS[3], ARGV[1])
 wake_if_head(KEYS[1], ARGV[1], due, 4)
 return {1, due}
 `)
@@ -285,10 +347,12 @@ return {1, due}
 //	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH
 //	ARGV[1] id
 //
-// Returns {now, state, score, attempts, envelope|nil, reason|nil} with state
+// Returns {now, state, score, attempts, scheduled, envelope|nil, reason|nil}
+// with scheduled the time the message is (or was) scheduled for (0 when
+// unknown) and state
 // "scheduled" (score = due), "inflight" (score = lease deadline), "dead"
 // (score = time of death) or "unknown" (score 0). Complexity: O(1).
-var inspectScript = redis.NewScript(nowMs + `
+var inspectScript = redis.NewScript(nowMs + metaOf + `
 local id = ARGV[1]
 local state, score = 'unknown', 0
 local s = redis.call('ZSCORE', KEYS[3], id)
@@ -299,7 +363,9 @@ if s then state, score = 'inflight', s else
     if s then state, score = 'dead', s end
   end
 end
-return {now, state, tonumber(score), tonumber(redis.call('HGET', KEYS[4], id) or '0'),
+local attempts, scheduled = meta_of(redis.call('HGET', KEYS[4], id))
+if state == 'scheduled' and not scheduled then scheduled = score end
+return {now, state, tonumber(score), attempts, scheduled or 0,
   redis.call('HGET', KEYS[2], id), redis.call('HGET', KEYS[6], id)}
 `)
 
@@ -322,12 +388,21 @@ return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf',
 //
 //	KEYS[1] layout HASH
 //	ARGV[1] M   ARGV[2] Consul ModifyIndex of M, or 0 when M is not from Consul
+//	ARGV[3] pin ms: when > 0, the mark may not come below M for that long
 //
 // hwm = max(hwm, M), maxever = max(maxever, M); when ARGV[2] > m_index, the
-// mirror fields m and m_index are set. Returns {hwm, maxever, m, m_index}.
-// Complexity: O(1).
-var raiseLayoutScript = redis.NewScript(`
+// mirror fields m and m_index are set. A pin is the field "pin:<M>" = its
+// expiry (unix ms): a producer pins the M it writes under, and renews the
+// pin while it writes, so no scanner lowers the mark below a shard it may
+// write to (setHighWaterScript). The field "used:<M>" records that
+// messages may have been written under M: an id can be in shard Of(id, M)
+// of any used M (until settleLayoutScript finds none is left elsewhere).
+// Returns {hwm, maxever, m, m_index, used M, ...}.
+// Complexity: O(F) for the F fields of the layout (a handful).
+var raiseLayoutScript = redis.NewScript(nowMs + layoutUsed + `
 local m = tonumber(ARGV[1])
+if tonumber(ARGV[3]) > 0 then redis.call('HSET', KEYS[1], 'pin:' .. m, now + tonumber(ARGV[3])) end
+redis.call('HSETNX', KEYS[1], 'used:' .. m, 1)
 local f = redis.call('HMGET', KEYS[1], 'hwm', 'maxever', 'm', 'm_index')
 local hwm, maxever = tonumber(f[1] or '0'), tonumber(f[2] or '0')
 local mm, mi = tonumber(f[3] or '0'), tonumber(f[4] or '0')
@@ -335,7 +410,36 @@ if m > hwm then hwm = m; redis.call('HSET', KEYS[1], 'hwm', hwm) end
 if m > maxever then maxever = m; redis.call('HSET', KEYS[1], 'maxever', maxever) end
 local idx = tonumber(ARGV[2])
 if idx > mi then mm, mi = m, idx; redis.call('HSET', KEYS[1], 'm', mm, 'm_index', mi) end
-return {hwm, maxever, mm, mi}
+local out = {hwm, maxever, mm, mi}
+for _, u in ipairs(used_ms(KEYS[1])) do out[#out + 1] = u end
+return out
+`)
+
+// layoutUsed is the prelude of the scripts that list the used Ms of a
+// layout hash.
+const layoutUsed = `
+local function used_ms(key)
+  local out = {}
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    local u = string.match(f, '^used:(%d+)$')
+    if u then out[#out + 1] = tonumber(u) end
+  end
+  return out
+end
+`
+
+// readLayoutScript reads the layout.
+//
+//	KEYS[1] layout HASH
+//
+// Returns {hwm, maxever, m, m_index, used M, ...} as raiseLayoutScript.
+// Complexity: O(F) for the F fields of the layout (a handful).
+var readLayoutScript = redis.NewScript(layoutUsed + `
+local f = redis.call('HMGET', KEYS[1], 'hwm', 'maxever', 'm', 'm_index')
+local out = {}
+for j = 1, 4 do out[j] = tonumber(f[j] or '0') end
+for _, u in ipairs(used_ms(KEYS[1])) do out[#out + 1] = u end
+return out
 `)
 
 // setHighWaterScript moves the high-water mark with a compare-and-set.
@@ -343,26 +447,43 @@ return {hwm, maxever, mm, mi}
 //	KEYS[1] layout HASH
 //	ARGV[1] expected hwm   ARGV[2] new hwm
 //
-// Returns 1 when hwm was ARGV[1] and is now ARGV[2], else 0. Complexity: O(1).
-var setHighWaterScript = redis.NewScript(`
+// A new hwm below an M that a producer pinned, and whose pin has not
+// expired, is refused; expired pins are deleted.
+// Returns 1 when hwm was ARGV[1] and is now ARGV[2], 0 when hwm was not
+// ARGV[1], -1 when a pin refused it. Complexity: O(P) for P pinned Ms (a
+// handful: one per M producers use).
+var setHighWaterScript = redis.NewScript(nowMs + `
 local cur = tonumber(redis.call('HGET', KEYS[1], 'hwm') or '0')
 if cur ~= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'hwm', ARGV[2])
+local new = tonumber(ARGV[2])
+local f = redis.call('HGETALL', KEYS[1])
+local pinned = 0
+for j = 1, #f, 2 do
+  local pm = string.match(f[j], '^pin:(%d+)$')
+  if pm then
+    if tonumber(f[j + 1]) <= now then redis.call('HDEL', KEYS[1], f[j])
+    elseif tonumber(pm) > pinned then pinned = tonumber(pm) end
+  end
+end
+if new < pinned then return -1 end
+redis.call('HSET', KEYS[1], 'hwm', new)
 return 1
 `)
 
 // redriveScript sends a dead message again: it becomes due now.
 //
-//	KEYS[1] dead ZSET   KEYS[2] reason HASH   KEYS[3] due ZSET
+//	KEYS[1] dead ZSET   KEYS[2] reason HASH   KEYS[3] due ZSET   KEYS[4] attempts HASH
 //	ARGV[1] id   ARGV[2] wake channel   ARGV[3] shard index
 //
 // Returns 1 when redriven, 0 when the id is not dead in this shard. The
-// attempt count is kept. Complexity: O(log N).
-var redriveScript = redis.NewScript(nowMs + wakeIfHead + `
+// attempt count is kept; the message is scheduled for now (an operator's
+// reschedule). Complexity: O(log N).
+var redriveScript = redis.NewScript(nowMs + wakeIfHead + metaOf + `
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
+forget_scheduled(KEYS[4], ARGV[1])
 wake_if_head(KEYS[3], ARGV[1], now, 2)
 return 1
 `)
@@ -419,6 +540,6 @@ return {1, due}
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
-	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, setHighWaterScript,
+	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript,
 }

@@ -607,19 +607,20 @@ func TestFindAcrossResize(t *testing.T) {
 
 func TestLayout(t *testing.T) {
 	b := setup(t, 1)
-	if l, err := b.store.ReadLayout(b.ctx); err != nil || l != (shard.Layout{}) {
+	same := func(a, b shard.Layout) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+	if l, err := b.store.ReadLayout(b.ctx); err != nil || !same(l, shard.Layout{}) {
 		t.Fatalf("empty layout: %+v %v", l, err)
 	}
 	l, err := b.store.RaiseLayout(b.ctx, 8, 5)
-	if err != nil || l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5}) {
+	if err != nil || !same(l, shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5, Used: []int{8}}) {
 		t.Fatalf("raise to 8: %+v %v", l, err)
 	}
 	// A smaller M does not lower the mark; an older Consul index does not
 	// overwrite the mirror.
-	if l, _ = b.store.RaiseLayout(b.ctx, 4, 3); l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5}) {
+	if l, _ = b.store.RaiseLayout(b.ctx, 4, 3); !same(l, shard.Layout{HighWater: 8, MaxEver: 8, M: 8, MIndex: 5, Used: []int{4, 8}}) {
 		t.Fatalf("stale raise: %+v", l)
 	}
-	if l, _ = b.store.RaiseLayout(b.ctx, 4, 9); l != (shard.Layout{HighWater: 8, MaxEver: 8, M: 4, MIndex: 9}) {
+	if l, _ = b.store.RaiseLayout(b.ctx, 4, 9); !same(l, shard.Layout{HighWater: 8, MaxEver: 8, M: 4, MIndex: 9, Used: []int{4, 8}}) {
 		t.Fatalf("newer M: %+v", l)
 	}
 	if ok, err := b.store.SetHighWater(b.ctx, 7, 4); ok || err != nil {
@@ -871,5 +872,225 @@ func TestAckCountsEachLeaseOnce(t *testing.T) {
 	}
 	if info, _ := b.prod.Inspect(b.ctx, cs[1].ID); info.State != shard.StateInFlight {
 		t.Fatalf("%s acked with a stale token: %s", cs[1].ID, info.State)
+	}
+}
+
+// TestRedeliveryKeepsScheduledTime: a message whose lease expired, or
+// whose publish failed, is delivered again saying the time it was
+// scheduled for, not the time it was re-queued; a reschedule sets a new one.
+func TestRedeliveryKeepsScheduledTime(t *testing.T) {
+	b := setup(t, 1)
+	s := b.enqueue(t, "m", 0)
+	first := b.claimAll(t, 1, 50*time.Millisecond)[0]
+	if first.DueMs != s.Due.UnixMilli() {
+		t.Fatalf("first delivery due %d, scheduled %d", first.DueMs, s.Due.UnixMilli())
+	}
+	var again shard.Claimed
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Msgs) == 1 {
+			again = r.Msgs[0]
+		}
+		return len(r.Msgs) == 1
+	}, nil)
+	if again.Attempt != 2 || again.DueMs != s.Due.UnixMilli() {
+		t.Fatalf("after an expired lease: attempt %d due %d, want attempt 2 due %d", again.Attempt, again.DueMs, s.Due.UnixMilli())
+	}
+	if ok, err := b.store.Release(b.ctx, 0, again.Lease, 0); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "m"); !info.Scheduled.Equal(s.Due) || info.Attempts != 2 {
+		t.Errorf("inspect after release: scheduled %v attempts %d, want %v and 2", info.Scheduled, info.Attempts, s.Due)
+	}
+	third := b.claimAll(t, 1, time.Minute)[0]
+	if third.Attempt != 3 || third.DueMs != s.Due.UnixMilli() {
+		t.Fatalf("after a release: attempt %d due %d, want attempt 3 due %d", third.Attempt, third.DueMs, s.Due.UnixMilli())
+	}
+	if ok, _ := b.store.Release(b.ctx, 0, third.Lease, time.Hour); !ok {
+		t.Fatal("release for an hour")
+	}
+	at, err := b.prod.RescheduleAfter(b.ctx, "m", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fourth := b.claimAll(t, 1, time.Minute)[0]
+	if fourth.Attempt != 4 || fourth.DueMs != at.UnixMilli() {
+		t.Fatalf("after a reschedule: attempt %d due %d, want attempt 4 due %d", fourth.Attempt, fourth.DueMs, at.UnixMilli())
+	}
+}
+
+// TestExpiredLeasesComeBackInBoundedBatches: a crashed scanner's leases
+// are re-queued MaxReap at a time, each claim reply says whether more have
+// expired (lease head <= now) and when the next lease expires, and the
+// earliest scheduled message is claimed first.
+func TestExpiredLeasesComeBackInBoundedBatches(t *testing.T) {
+	b := setup(t, 1)
+	const n = 3*shard.MaxReap + 10
+	var msgs []shard.Message
+	base := time.Now().Add(-time.Hour)
+	for i := range n {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m%04d", i), Topic: "t", At: base.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.store.Claim(b.ctx, 0, n, 200*time.Millisecond) // the scanner that will crash
+	if err != nil || len(r.Msgs) != n {
+		t.Fatalf("claim all: %d %v", len(r.Msgs), err)
+	}
+	if r.LeaseHeadMs != r.Msgs[0].Token || r.NextWorkMs() != r.LeaseHeadMs {
+		t.Fatalf("lease head %d, next work %d; want the lease deadline %d", r.LeaseHeadMs, r.NextWorkMs(), r.Msgs[0].Token)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		info, _ := b.store.Inspect(b.ctx, 0, "m0000")
+		return info.NowMs > r.Msgs[0].Token
+	}, nil)
+	var got []shard.Claimed
+	calls := 0
+	for {
+		c, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		if c.Reaped > shard.MaxReap {
+			t.Fatalf("one claim re-queued %d leases, more than %d", c.Reaped, shard.MaxReap)
+		}
+		got = append(got, c.Msgs...)
+		if len(c.Msgs) == 0 {
+			break
+		}
+		if calls <= 3 && c.LeaseHeadMs > c.NowMs {
+			t.Fatalf("claim %d: lease head %d after now %d while leases are still expired", calls, c.LeaseHeadMs, c.NowMs)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("claimed %d of %d again", len(got), n)
+	}
+	for i, c := range got {
+		if want := fmt.Sprintf("m%04d", i); c.ID != want || c.Attempt != 2 || c.DueMs != base.Add(time.Duration(i)*time.Millisecond).UnixMilli() {
+			t.Fatalf("claim %d: %s attempt %d due %d; want %s attempt 2, due as scheduled", i, c.ID, c.Attempt, c.DueMs, want)
+		}
+	}
+}
+
+// TestOldLeaseWithoutScheduledTime: a lease taken by a version that kept
+// no scheduled time (a bare attempt count) is still re-queued.
+func TestOldLeaseWithoutScheduledTime(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "m", 0)
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	c := b.claimAll(t, 1, 50*time.Millisecond)[0]
+	if err := b.rdb.HSet(b.ctx, ks.Attempts, "m", "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Msgs) == 1 && (r.Msgs[0].Attempt != 4 || r.Msgs[0].DueMs < c.Token) {
+			t.Fatalf("redelivery of an old lease: %+v", r.Msgs[0])
+		}
+		return len(r.Msgs) == 1
+	}, nil)
+}
+
+// TestPinKeepsTheMarkUp: a scanner cannot lower the high-water mark below
+// an M a producer pinned, until the pin expires.
+func TestPinKeepsTheMarkUp(t *testing.T) {
+	b := setup(t, 1)
+	if _, err := b.store.RaiseLayout(b.ctx, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.store.PinLayout(b.ctx, 16, 300*time.Millisecond)
+	if err != nil || l.HighWater != 16 || l.MaxEver != 16 || l.M != 4 {
+		t.Fatalf("pin 16: %+v %v", l, err)
+	}
+	if ok, err := b.store.SetHighWater(b.ctx, 16, 4); ok || !errors.Is(err, shard.ErrPinned) {
+		t.Fatalf("lowering below a pin: %v %v", ok, err)
+	}
+	if ok, err := b.store.SetHighWater(b.ctx, 16, 20); !ok || err != nil {
+		t.Fatalf("raising above a pin: %v %v", ok, err)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		ok, err := b.store.SetHighWater(b.ctx, 20, 4)
+		if err != nil && !errors.Is(err, shard.ErrPinned) {
+			t.Fatal(err)
+		}
+		return ok
+	}, nil)
+	if n, _ := b.rdb.HExists(b.ctx, shard.LayoutKey(b.store.Namespace()), "pin:16").Result(); n {
+		t.Errorf("layout keeps the expired pin of 16")
+	}
+}
+
+// TestStaticProducerIsCovered: a producer given a larger M than the
+// fleet's raises the mark, so the scanners cover what it writes.
+func TestStaticProducerIsCovered(t *testing.T) {
+	b := setup(t, 1)
+	if _, err := b.store.RaiseLayout(b.ctx, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	prod := shard.NewProducer(b.store, fixed(16), shard.ProducerOptions{})
+	s, err := prod.Enqueue(b.ctx, shard.Message{ID: "x", Topic: "t", Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.store.ReadLayout(b.ctx)
+	if err != nil || l.HighWater != 16 || s.Shard >= 16 {
+		t.Fatalf("layout after a write under M=16: %+v %v (shard %d)", l, err, s.Shard)
+	}
+	if ok, err := b.store.SetHighWater(b.ctx, 16, 4); ok || !errors.Is(err, shard.ErrPinned) {
+		t.Fatalf("the fleet lowered the mark under a writing producer: %v %v", ok, err)
+	}
+}
+
+// TestDedupeAcrossResize: after M grows or shrinks, Enqueue refuses an id
+// still scheduled in the shard an older M put it in, EnqueueBatch reports
+// it as a duplicate, and Upsert replaces that copy instead of adding one.
+func TestDedupeAcrossResize(t *testing.T) {
+	b := setup(t, 1)
+	old := shard.NewProducer(b.store, fixed(4), shard.ProducerOptions{})
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("d%d", i)
+		ids = append(ids, id)
+		if _, err := old.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []int{16, 2} {
+		prod := shard.NewProducer(b.store, fixed(m), shard.ProducerOptions{})
+		var moved []string
+		for _, id := range ids {
+			if shard.Of(id, m) != shard.Of(id, 4) {
+				moved = append(moved, id)
+			}
+		}
+		if len(moved) < 2 {
+			t.Fatalf("M=%d moves %d ids: the test proves nothing", m, len(moved))
+		}
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: moved[0], Topic: "t", Delay: time.Hour}); !errors.Is(err, shard.ErrDuplicate) {
+			t.Errorf("M=%d: enqueue of %s scheduled under M=4: %v, want a duplicate", m, moved[0], err)
+		}
+		res, err := prod.EnqueueBatch(b.ctx, []shard.Message{
+			{ID: moved[1], Topic: "t", Delay: time.Hour}, {ID: fmt.Sprintf("new%d", m), Topic: "t", Delay: time.Hour}})
+		if err != nil || !errors.Is(res[0].Err, shard.ErrDuplicate) || res[1].Err != nil {
+			t.Errorf("M=%d: batch: %v %v %v", m, err, res[0].Err, res[1].Err)
+		}
+		s, err := prod.Upsert(b.ctx, shard.Message{ID: moved[0], Topic: "t2", Delay: 2 * time.Hour})
+		if err != nil || s.Shard != shard.Of(moved[0], 4) {
+			t.Errorf("M=%d: upsert of %s: shard %d %v, want the old copy's shard %d replaced", m, moved[0], s.Shard, err, shard.Of(moved[0], 4))
+		}
+		for i := range 16 {
+			n, _ := b.rdb.HExists(b.ctx, shard.ShardKeys(b.store.Namespace(), i).Msg, moved[0]).Result()
+			if n != (i == shard.Of(moved[0], 4)) {
+				t.Errorf("M=%d: after upsert, shard %d holds %s: %v", m, i, moved[0], n)
+			}
+		}
 	}
 }

@@ -67,7 +67,9 @@ type Lease struct {
 // Claimed is one message handed out by Claim.
 type Claimed struct {
 	Lease
-	DueMs    int64  // due time this delivery was scheduled for
+	// DueMs is the time the message was scheduled (or last rescheduled)
+	// for: a redelivery after an expired lease or a failed publish keeps it.
+	DueMs    int64
 	Envelope []byte // raw envelope; nil if the msg hash had none (corrupt state)
 	Attempt  int    // 1 on the first delivery, 2 on the first redelivery, ...
 }
@@ -76,19 +78,41 @@ type Claimed struct {
 type ClaimResult struct {
 	NowMs  int64 // Redis clock when the script ran
 	HeadMs int64 // due time of the earliest message still scheduled; -1 if none
-	Reaped int   // expired leases re-queued by this call
-	Msgs   []Claimed
+	// LeaseHeadMs is the deadline of the shard's earliest lease (-1 if
+	// none): when it passes, a claim on the shard re-queues that message.
+	// At most NowMs when more leases expired than this claim re-queued.
+	LeaseHeadMs int64
+	Reaped      int // expired leases re-queued by this call
+	Msgs        []Claimed
 }
 
-// Claim runs the claim script on shard i: re-queue up to k expired leases,
-// then lease up to k due messages for lease.
+// NextWorkMs is when the shard next has work for a claim: the earlier of
+// the next due message and the next lease to expire; -1 if neither exists.
+func (r ClaimResult) NextWorkMs() int64 {
+	switch {
+	case r.HeadMs < 0:
+		return r.LeaseHeadMs
+	case r.LeaseHeadMs < 0:
+		return r.HeadMs
+	}
+	return min(r.HeadMs, r.LeaseHeadMs)
+}
+
+// MaxReap is the most expired leases one claim re-queues. A crashed
+// scanner may leave thousands; each claim re-queues this many, says in its
+// reply that more have expired, and the visit goes on, so they all come
+// back within a few round trips while no call does unbounded work.
+const MaxReap = 128
+
+// Claim runs the claim script on shard i: re-queue up to MaxReap expired
+// leases, then lease up to k due messages for lease.
 func (s *Store) Claim(ctx context.Context, i, k int, lease time.Duration) (ClaimResult, error) {
 	if k < 1 {
 		return ClaimResult{}, fmt.Errorf("claim shard %d: batch size %d < 1", i, k)
 	}
 	ks := ShardKeys(s.ns, i)
 	v, err := claimScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts},
-		k, lease.Milliseconds()).Slice()
+		k, lease.Milliseconds(), MaxReap).Slice()
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim shard %d: %w", i, err)
 	}
@@ -118,7 +142,7 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for n, j := range todo {
 				ks := ShardKeys(s.ns, shards[j])
-				cmds[n] = claimScript.EvalSha(ctx, p, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, k, lease.Milliseconds())
+				cmds[n] = claimScript.EvalSha(ctx, p, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, k, lease.Milliseconds(), MaxReap)
 			}
 			return nil
 		})
@@ -151,14 +175,14 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 func parseClaim(i int, v []any) (ClaimResult, error) {
 	var res ClaimResult
 	r := reply{v: v, what: "claim reply"}
-	if len(v) < 3 || (len(v)-3)%5 != 0 {
+	if len(v) < 4 || (len(v)-4)%5 != 0 {
 		return res, fmt.Errorf("claim shard %d: unexpected reply of %d fields", i, len(v))
 	}
-	res.NowMs, res.HeadMs, res.Reaped = r.int(0), r.int(1), int(r.int(2))
-	if n := (len(v) - 3) / 5; n > 0 {
+	res.NowMs, res.HeadMs, res.Reaped, res.LeaseHeadMs = r.int(0), r.int(1), int(r.int(2)), r.int(3)
+	if n := (len(v) - 4) / 5; n > 0 {
 		res.Msgs = make([]Claimed, n)
 		for j := range res.Msgs {
-			o := 3 + 5*j
+			o := 4 + 5*j
 			res.Msgs[j] = Claimed{
 				Lease:    Lease{ID: r.str(o), Token: r.int(o + 1)},
 				DueMs:    r.int(o + 2),
@@ -345,7 +369,7 @@ func (s *Store) Cancel(ctx context.Context, i int, id string) error {
 // "delay" (ms after Redis TIME) or "at" (absolute unix ms).
 func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
 	ks := ShardKeys(s.ns, i)
-	v, err := rescheduleScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight},
+	v, err := rescheduleScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts},
 		id, mode, ms, s.wake, i).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
@@ -384,12 +408,16 @@ type Info struct {
 	State State
 	// At is the due time (scheduled), the lease deadline (in flight) or the
 	// time it died (dead); zero when unknown.
-	At       time.Time
-	Attempts int       // deliveries so far that were not acked (redeliveries)
-	Envelope *Envelope // nil when unknown or corrupt
-	Corrupt  error     // why Envelope could not be decoded, if it could not
-	Reason   string    // why it is dead
-	NowMs    int64     // Redis clock when inspected
+	At time.Time
+	// Scheduled is the time the message is (or, in flight or dead, was)
+	// scheduled for: what x-delayq-due-ms says when it is published. Zero
+	// when unknown.
+	Scheduled time.Time
+	Attempts  int       // deliveries so far that were not acked (redeliveries)
+	Envelope  *Envelope // nil when unknown or corrupt
+	Corrupt   error     // why Envelope could not be decoded, if it could not
+	Reason    string    // why it is dead
+	NowMs     int64     // Redis clock when inspected
 }
 
 // Inspect reports the state of message id in shard i.
@@ -400,7 +428,7 @@ func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
 	}
-	if len(v) != 6 {
+	if len(v) != 7 {
 		return Info{}, fmt.Errorf("inspect %q: unexpected reply of %d fields", id, len(v))
 	}
 	r := reply{v: v, what: "inspect reply"}
@@ -408,14 +436,17 @@ func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 	if ms := r.int(2); ms > 0 {
 		info.At = time.UnixMilli(ms)
 	}
-	if raw := r.optBytes(4); raw != nil {
+	if ms := r.int(4); ms > 0 {
+		info.Scheduled = time.UnixMilli(ms)
+	}
+	if raw := r.optBytes(5); raw != nil {
 		if env, err := DecodeEnvelope(raw); err != nil {
 			info.Corrupt = err
 		} else {
 			info.Envelope = &env
 		}
 	}
-	info.Reason = string(r.optBytes(5))
+	info.Reason = string(r.optBytes(6))
 	if r.err != nil {
 		return Info{}, fmt.Errorf("inspect %q: %w", id, r.err)
 	}

@@ -335,6 +335,62 @@ func TestCrashLosesNothing(t *testing.T) {
 	}
 }
 
+// TestCrashDuringBurstRecoversAtLeaseSpeed: 20,000 messages fall due at
+// once on M = 8 shards; one of two scanners is killed with SIGKILL six
+// times while the burst drains. The messages a killed scanner held come
+// back when their lease expires, all of them at once rather than a few per
+// patrol: every message arrives within the lease (plus a margin for the
+// drain itself) of the last kill, and each redelivery says the time it was
+// scheduled for.
+func TestCrashDuringBurstRecoversAtLeaseSpeed(t *testing.T) {
+	const lease = 2 * time.Second
+	w := newWorld(t, 8, fmt.Sprintf("DELAYQ_LEASE=%s", lease), "DELAYQ_GOROUTINES=32")
+	w.consume()
+	steady := w.scan()
+	victim := w.scan()
+	due := time.Now().Add(3 * time.Second).UnixMilli()
+	var b strings.Builder
+	ids := make([]string, 20000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("burst-%d", i)
+		fmt.Fprintf(&b, `{"id":%q,"exchange":%q,"routing_key":"rk","at_ms":%d,"body":"x"}`+"\n", ids[i], w.exchange, due)
+	}
+	if out, errOut, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, errOut)
+	}
+	if wait := time.Until(time.UnixMilli(due)); wait > 0 {
+		time.Sleep(wait) // the burst falls due now, by design
+	}
+	w.waitSome(500, 30*time.Second) // the drain is under way
+	var lastKill time.Time
+	for range 6 {
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond) // random moments, by design
+		victim.kill()
+		lastKill = time.Now()
+		victim = w.scan()
+	}
+	const margin = 5 * time.Second // the drain of what was not leased, on 2 shared cores
+	w.waitDelivered(ids, time.Until(lastKill.Add(lease+margin)))
+	t.Logf("every message delivered %s after the last SIGKILL (lease %s)", time.Since(lastKill).Round(time.Millisecond), lease)
+	w.mu.Lock()
+	redelivered := 0
+	for _, id := range ids {
+		for _, r := range w.got[id] {
+			if r.dueMs != due {
+				t.Errorf("%s attempt %d says due %d, scheduled %d", id, r.attempt, r.dueMs, due)
+			}
+			if r.attempt > 1 {
+				redelivered++
+			}
+		}
+	}
+	w.mu.Unlock()
+	t.Logf("%d redeliveries, all saying the scheduled time", redelivered)
+	if err := steady.term(30 * time.Second); err != nil {
+		t.Errorf("steady scanner: %v", err)
+	}
+}
+
 // TestDeadIsVisible: a message to an exchange with no binding for its key
 // is returned by the broker and shows up dead in stats and inspect.
 func TestDeadIsVisible(t *testing.T) {
