@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // LineError is a JSON Lines input line that was rejected. Reading goes on
@@ -120,6 +122,21 @@ func (lr *LineReader) readLine() ([]byte, error) {
 // line's own rules (known fields, one of delay_ms/at_ms, one of
 // body/body_base64); the message rules are checked by Enqueue.
 func ParseLine(raw []byte) (Message, error) {
+	// encoding/json would turn invalid UTF-8, and \u escapes of lone
+	// surrogates, into U+FFFD without a word: an id or body rewritten so
+	// is not the one the producer meant (a later cancel by the original
+	// id would miss it). Refuse them instead.
+	if !utf8.Valid(raw) {
+		at := 0
+		for at < len(raw) {
+			r, n := utf8.DecodeRune(raw[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return Message{}, fmt.Errorf("not valid UTF-8 at byte %d (JSON text is UTF-8; give a binary body as body_base64)", at+1)
+	}
 	var l jsonLine
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -159,8 +176,18 @@ func ParseLine(raw []byte) (Message, error) {
 		}
 		m.Body = b
 	}
+	if strings.ContainsRune(m.ID, utf8.RuneError) && !mentionsReplacement(raw) {
+		return Message{}, invalid("id", "has a \\u escape of a lone surrogate, which is not a character")
+	}
 	if err := validateID(m.ID); err != nil {
 		return Message{}, err
 	}
 	return m, nil
+}
+
+// mentionsReplacement reports whether a valid UTF-8 line holds U+FFFD
+// itself, literally or as \ufffd: then a U+FFFD in a decoded string may be
+// the producer's own.
+func mentionsReplacement(raw []byte) bool {
+	return bytes.ContainsRune(raw, utf8.RuneError) || bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`))
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/delayq/delayq/shard"
 )
@@ -25,6 +26,10 @@ func TestLineReader(t *testing.T) {
 		`{"id":"","topic":"t","delay_ms":5}`,
 		`{"id":"i","topic":"t","at_ms":5}`,
 		`{"id":"j","topic":"t","delay_ms":5} {"id":"k"}`,
+		"{\"id\":\"bad\xffid\",\"topic\":\"t\",\"delay_ms\":5}",
+		`{"id":"lone\ud800","topic":"t","delay_ms":5}`,
+		"{\"id\":\"u\",\"topic\":\"t\",\"delay_ms\":5,\"body\":\"\xc3\"}",
+		`{"id":"ok\ufffd","topic":"t","delay_ms":5}`,
 		`{"id":"last","topic":"t","delay_ms":0}`, // no trailing newline
 	}, "\n")
 	lr := shard.NewLineReader(strings.NewReader(in), 1024)
@@ -54,18 +59,19 @@ func TestLineReader(t *testing.T) {
 			t.Errorf("line 3 parsed as %+v", m)
 		}
 	}
-	if strings.Join(ok, ",") != "a,b,last" {
-		t.Errorf("accepted %v, want a,b,last", ok)
+	if strings.Join(ok, ",") != "a,b,ok\ufffd,last" {
+		t.Errorf("accepted %q, want a,b,ok\ufffd,last", ok)
 	}
 	for line, want := range map[int]string{
 		4: "invalid JSON", 5: "delay_ms or at_ms", 6: "not both", 7: "delay_ms", 8: "unknown field",
 		9: "body or body_base64", 10: "body_base64", 11: "invalid id: empty", 12: "at_ms", 13: "more than one value",
+		14: "not valid UTF-8 at byte 11", 15: "lone surrogate", 16: "not valid UTF-8 at byte 44",
 	} {
 		if !strings.Contains(bad[line], want) {
 			t.Errorf("line %d: error %q, want it to mention %q", line, bad[line], want)
 		}
 	}
-	if len(bad) != 10 {
+	if len(bad) != 13 {
 		t.Errorf("rejected lines %v", bad)
 	}
 }
@@ -98,6 +104,9 @@ func FuzzParseLine(f *testing.F) {
 		}
 		if (m.Delay != 0) && !m.At.IsZero() {
 			t.Fatalf("both delay and at set from %q", raw)
+		}
+		if !utf8.ValidString(m.ID) || !utf8.Valid(raw) {
+			t.Fatalf("accepted a line that is not UTF-8: %q", raw)
 		}
 	})
 }

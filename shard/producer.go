@@ -247,6 +247,16 @@ type BatchResult struct {
 // returned error is set when Redis itself failed (not for duplicates or
 // invalid messages); the results of the messages it hit carry it too.
 func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchResult, error) {
+	return p.enqueueBatch(ctx, msgs, false)
+}
+
+// UpsertBatch is EnqueueBatch that replaces scheduled or dead messages
+// with the same ids, as Upsert does; a message in flight gets ErrInFlight.
+func (p *Producer) UpsertBatch(ctx context.Context, msgs []Message) ([]BatchResult, error) {
+	return p.enqueueBatch(ctx, msgs, true)
+}
+
+func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool) ([]BatchResult, error) {
 	res := make([]BatchResult, len(msgs))
 	preps := make([]prepared, len(msgs))
 	todo := make([]int, 0, len(msgs))
@@ -263,7 +273,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		todo = append(todo, i)
 	}
 	if len(todo) > 0 {
-		if err := p.refuseElsewhere(ctx, msgs, preps, res, &todo); err != nil {
+		if err := p.findElsewhere(ctx, msgs, preps, res, &todo, upsert); err != nil {
 			return res, p.failAll(res, todo, err)
 		}
 	}
@@ -282,7 +292,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 		// is looked at below instead.
 		_, _ = p.store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for c, chunk := range chunks {
-				keys, args := p.store.enqueueManyArgs(msgs, preps, chunk)
+				keys, args := p.store.enqueueManyArgs(msgs, preps, chunk, upsert)
 				cmds[c] = enqueueManyScript.EvalSha(ctx, pl, keys, args...)
 			}
 			return nil
@@ -323,10 +333,11 @@ func (p *Producer) EnqueueBatch(ctx context.Context, msgs []Message) ([]BatchRes
 	return res, batchErr
 }
 
-// refuseElsewhere marks as duplicates the messages of todo whose id an
-// older M left in another shard, and drops them from todo (one pipelined
-// round trip, only when another M was used: Layout.Used).
-func (p *Producer) refuseElsewhere(ctx context.Context, msgs []Message, preps []prepared, res []BatchResult, todo *[]int) error {
+// findElsewhere looks for the ids of todo in the shards older Ms put them
+// in (one pipelined round trip, only when another M was used:
+// Layout.Used). A message found there is a duplicate, dropped from todo,
+// or with upsert goes to that shard to replace the copy.
+func (p *Producer) findElsewhere(ctx context.Context, msgs []Message, preps []prepared, res []BatchResult, todo *[]int, upsert bool) error {
 	lay, err := p.pinned(ctx, preps[(*todo)[0]].m)
 	if err != nil || len(lay.Used) < 2 {
 		return err
@@ -341,7 +352,9 @@ func (p *Producer) refuseElsewhere(ctx context.Context, msgs []Message, preps []
 	}
 	kept := (*todo)[:0]
 	for j, i := range *todo {
-		if found[j] >= 0 {
+		if found[j] >= 0 && upsert {
+			preps[i].shard, res[i].Shard = found[j], found[j]
+		} else if found[j] >= 0 {
 			res[i].Err = fmt.Errorf("enqueue %q: %w (in shard %d, written under an older shard count)", ids[j], ErrDuplicate, found[j])
 			continue
 		}

@@ -65,37 +65,51 @@ wake_if_head(KEYS[1], id, due, 6)
 return {status, due}
 `)
 
-// enqueueManyScript stores several new messages of one shard in one call:
-// what EnqueueBatch sends, so a batch costs one script call per shard
-// instead of one per message. It never replaces (no upsert).
+// enqueueManyScript stores several messages of one shard in one call:
+// what EnqueueBatch and UpsertBatch send, so a batch costs one script call
+// per shard instead of one per message.
 //
 //	KEYS as enqueueScript
 //	ARGV[1] n, the number of messages (at most maxEnqueueMany)
 //	ARGV[2] wake channel   ARGV[3] shard index
 //	ARGV[4] most messages this shard may hold (scheduled + in flight), 0 = no limit
-//	then for message j = 1..n, from a = 5 + 4*(j-1):
+//	ARGV[5] "1" to replace existing scheduled or dead messages (upsert)
+//	then for message j = 1..n, from a = 6 + 4*(j-1):
 //	ARGV[a] id   ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms
 //
 // Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
-// returns it: 1 created, 0 duplicate id, -2 shard full (nothing written
-// for that message). When the shard's head is earlier after the call than
-// before, publishes one notice "<shard>:<due>" for the new head, as n
-// single enqueues would have for the last of them.
+// returns it: 1 created, 2 replaced, 0 duplicate id, -1 in flight (upsert
+// refused), -2 shard full (nothing written for that message). When the
+// shard's head is earlier after the call than before, publishes one notice
+// "<shard>:<due>" for the new head, as n single enqueues would have for
+// the last of them.
 // Complexity: O(n log N).
 var enqueueManyScript = redis.NewScript(nowMs + `
 local n = tonumber(ARGV[1])
 local cap = tonumber(ARGV[4])
+local upsert = ARGV[5] == '1'
 local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local held = 0
 if cap > 0 then held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) end
-local out, created = {}, 0
+local out, created, written = {}, 0, 0
 for j = 1, n do
-  local a = 5 + 4 * (j - 1)
+  local a = 6 + 4 * (j - 1)
   local id = ARGV[a]
   local due = tonumber(ARGV[a + 3])
   if ARGV[a + 2] == 'delay' then due = now + due end
   local status = 1
-  if cap > 0 and held >= cap then
+  if upsert and redis.call('HEXISTS', KEYS[2], id) == 1 then
+    if redis.call('ZSCORE', KEYS[3], id) then
+      status = -1
+    else
+      redis.call('HDEL', KEYS[4], id)
+      redis.call('ZREM', KEYS[5], id)
+      redis.call('HDEL', KEYS[6], id)
+      redis.call('HSET', KEYS[2], id, ARGV[a + 1])
+      redis.call('ZADD', KEYS[1], due, id)
+      status = 2
+    end
+  elseif cap > 0 and held >= cap then
     status = -2
     if redis.call('HEXISTS', KEYS[2], id) == 1 then status = 0 end
   elseif redis.call('HSETNX', KEYS[2], id, ARGV[a + 1]) == 0 then
@@ -105,11 +119,12 @@ for j = 1, n do
     held = held + 1
     created = created + 1
   end
+  if status > 0 then written = written + 1 end
   out[2 * j - 1] = status
-  out[2 * j] = status == 1 and due or 0
+  out[2 * j] = status > 0 and due or 0
 end
-if created > 0 then
-  redis.call('HINCRBY', KEYS[7], 'enqueued', created)
+if created > 0 then redis.call('HINCRBY', KEYS[7], 'enqueued', created) end
+if written > 0 then
   local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if before[2] == nil or tonumber(after[2]) < tonumber(before[2]) then
     redis.call('PUBLISH', ARGV[2], ARGV[3] .. ':' .. string.format('%d', tonumber(after[2])))

@@ -1094,3 +1094,32 @@ func TestDedupeAcrossResize(t *testing.T) {
 		}
 	}
 }
+
+// TestUpsertBatch: a batch upsert creates new ids, replaces scheduled and
+// dead ones, and refuses those in flight, each on its own.
+func TestUpsertBatch(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "scheduled", time.Hour)
+	b.enqueue(t, "flying", 0)
+	c := b.claimAll(t, 1, time.Minute)[0]
+	b.enqueue(t, "dead", 0)
+	d := b.claimAll(t, 1, time.Minute)[0]
+	if ok, err := b.store.DeadLetter(b.ctx, 0, d.Lease, "test"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	res, err := b.prod.UpsertBatch(b.ctx, []shard.Message{
+		{ID: "scheduled", Topic: "new", Delay: 2 * time.Hour}, {ID: c.ID, Topic: "new"},
+		{ID: "dead", Topic: "new", Delay: time.Hour}, {ID: "fresh", Topic: "new", Delay: time.Hour}})
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, shard.ErrInFlight) || res[2].Err != nil || res[3].Err != nil {
+		t.Fatalf("upsert batch: %v %+v", err, res)
+	}
+	for _, id := range []string{"scheduled", "dead", "fresh"} {
+		info, _ := b.prod.Inspect(b.ctx, id)
+		if info.State != shard.StateScheduled || info.Envelope == nil || info.Envelope.Topic != "new" {
+			t.Errorf("%s after upsert: %+v", id, info)
+		}
+	}
+	if st, _ := b.store.Stats(b.ctx, 1); st[0].Dead != 0 || st[0].Enqueued != 4 {
+		t.Errorf("stats after upsert: %+v (want no dead, 4 created)", st[0])
+	}
+}

@@ -313,11 +313,15 @@ func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64,
 
 // enqueueManyArgs are the keys and arguments of one enqueueManyScript call
 // for the messages chunk (indexes into msgs and preps), all of one shard.
-func (s *Store) enqueueManyArgs(msgs []Message, preps []prepared, chunk []int) ([]string, []any) {
+func (s *Store) enqueueManyArgs(msgs []Message, preps []prepared, chunk []int, upsert bool) ([]string, []any) {
 	first := preps[chunk[0]]
 	ks := ShardKeys(s.ns, first.shard)
-	args := make([]any, 0, 4+4*len(chunk))
-	args = append(args, len(chunk), s.wake, first.shard, first.shardCap)
+	up := "0"
+	if upsert {
+		up = "1"
+	}
+	args := make([]any, 0, 5+4*len(chunk))
+	args = append(args, len(chunk), s.wake, first.shard, first.shardCap, up)
 	for _, i := range chunk {
 		args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
 	}

@@ -66,9 +66,16 @@ type Config struct {
 }
 
 // loadConfig reads and checks the environment, reading secrets given as
-// *_FILE variables.
+// *_FILE variables. A variable set to the empty string counts as unset (an
+// env file that lists every variable, most of them empty, means the
+// defaults), so it is removed from the environment first.
 func loadConfig() (Config, error) {
 	var c Config
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); v == "" && strings.HasPrefix(k, envPrefix+"_") {
+			_ = os.Unsetenv(k)
+		}
+	}
 	if err := envconfig.Process(envPrefix, &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
@@ -138,9 +145,6 @@ func (c Config) validate() error {
 	if c.MaxBody < 1 {
 		return fmt.Errorf("%s_MAX_BODY: %d, want at least 1", envPrefix, c.MaxBody)
 	}
-	if err := c.scannerConfig().Validate(); err != nil {
-		return fmt.Errorf("scanner settings: %w", err)
-	}
 	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s_LOG_LEVEL: %w", envPrefix, err)
 	}
@@ -188,6 +192,26 @@ func newConsul(c Config) (*api.Client, error) {
 		return nil, fmt.Errorf("%s_CONSUL_ADDR %s: %w", envPrefix, c.ConsulAddr, err)
 	}
 	return cl, nil
+}
+
+// validateScan checks the settings only `delayq scan` uses, naming the
+// variable: a value that cannot work is refused, never replaced by a
+// default.
+func (c Config) validateScan() error {
+	switch {
+	case c.Goroutines < 1 || c.Goroutines > 4096:
+		return fmt.Errorf("%s_GOROUTINES: %d, want 1 to 4096", envPrefix, c.Goroutines)
+	case c.ClaimBatch < 1 || c.ClaimBatch > 1000:
+		return fmt.Errorf("%s_CLAIM_BATCH: %d, want 1 to 1000", envPrefix, c.ClaimBatch)
+	case c.Lease < time.Second:
+		return fmt.Errorf("%s_LEASE: %s, want at least 1s (e.g. 30s)", envPrefix, c.Lease)
+	case c.ShutdownTimeout <= 0:
+		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
+	}
+	if err := c.scannerConfig().Validate(); err != nil {
+		return fmt.Errorf("scanner settings: %w", err)
+	}
+	return nil
 }
 
 func (c Config) scannerConfig() scanner.Config {

@@ -446,6 +446,25 @@ func TestEnqueueFileReportsBadLines(t *testing.T) {
 	if out, _, _ := w.delayq("", "inspect", "ok-2"); !strings.Contains(out, "scheduled") {
 		t.Errorf("good line after bad ones not enqueued: %s", out)
 	}
+	// -f takes every field from the file: a single-message flag is a
+	// usage error, not silently ignored; --upsert replaces.
+	for _, flag := range [][]string{{"--id", "x"}, {"--delay", "5s"}, {"--topic", "t"}, {"--body", "b"}, {"--header", "k=v"}} {
+		if _, errOut, code := w.delayq(in, append([]string{"enqueue", "-f", "-"}, flag...)...); code != 2 || !strings.Contains(errOut, flag[0]) {
+			t.Errorf("enqueue -f with %s: code %d, %q", flag[0], code, errOut)
+		}
+	}
+	up := `{"id":"ok-1","topic":"t2","delay_ms":120000}` + "\n" + `{"id":"ok-3","topic":"t","delay_ms":60000}`
+	if out, errOut, code := w.delayq(up, "enqueue", "-f", "-", "--upsert"); code != 0 || !strings.Contains(out, "enqueued 2, duplicates 0") {
+		t.Errorf("enqueue -f --upsert: code %d, %q %q", code, out, errOut)
+	}
+	if out, _, _ := w.delayq("", "inspect", "ok-1", "--json"); !strings.Contains(out, `"t2"`) {
+		t.Errorf("--upsert with -f did not replace ok-1: %s", out)
+	}
+	// A line that is not UTF-8 is refused, naming the line; the rest go in.
+	bad := "{\"id\":\"caf\xe9\",\"topic\":\"t\",\"delay_ms\":60000}\n" + `{"id":"ok-4","topic":"t","delay_ms":60000}`
+	if out, errOut, code := w.delayq(bad, "enqueue", "-f", "-"); code != 1 || !strings.Contains(out, "enqueued 1") || !strings.Contains(errOut, "line 1: not valid UTF-8") {
+		t.Errorf("invalid UTF-8 line: code %d, %q %q", code, out, errOut)
+	}
 }
 
 func TestCommands(t *testing.T) {
@@ -498,7 +517,6 @@ func TestBadConfigIsAClearError(t *testing.T) {
 		"DELAYQ_SHARDS=0":                "DELAYQ_SHARDS",
 		"DELAYQ_NAMESPACE=a{b}":          "DELAYQ_NAMESPACE",
 		"DELAYQ_LOG_FORMAT=xml":          "DELAYQ_LOG_FORMAT",
-		"DELAYQ_LEASE=10ms":              "lease",
 		"DELAYQ_REDIS_ADDRS=127.0.0.1:1": "127.0.0.1:1",
 	} {
 		cmd := exec.Command(bin, "stats")
@@ -506,6 +524,26 @@ func TestBadConfigIsAClearError(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("%s: %v, output %q should name %q", env, err, out, want)
+		}
+	}
+	// Scanner settings that cannot work are refused by scan, naming the
+	// variable (exit 2), never replaced by defaults.
+	for _, env := range []string{"DELAYQ_CLAIM_BATCH=0", "DELAYQ_CLAIM_BATCH=-1", "DELAYQ_GOROUTINES=0",
+		"DELAYQ_LEASE=0", "DELAYQ_LEASE=10ms", "DELAYQ_SHUTDOWN_TIMEOUT=0s"} {
+		cmd := exec.Command(bin, "scan")
+		cmd.Env = append(append([]string{}, w.env...), env)
+		out, err := cmd.CombinedOutput()
+		name, _, _ := strings.Cut(env, "=")
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), name) {
+			t.Errorf("scan with %s: %v, output %q should name %s and exit 2", env, err, out, name)
+		}
+	}
+	// ... and only by scan; an empty variable counts as unset.
+	for _, env := range [][]string{{"DELAYQ_LEASE=500ms"}, {"DELAYQ_SHARDS=", "DELAYQ_REDIS_PASSWORD=", "DELAYQ_CONSUL_ADDR="}} {
+		cmd := exec.Command(bin, "stats")
+		cmd.Env = append(append([]string{}, w.env...), env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("stats with %v: %v\n%s", env, err, out)
 		}
 	}
 	cmd := exec.Command(bin, "scan")

@@ -256,6 +256,10 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		debug.SetGCPercent(scanGCPercent)
 	}
 	c := e.cfg
+	if err := c.validateScan(); err != nil {
+		fmt.Fprintf(e.stderr, "delayq scan: %v\n", err)
+		return exitUsage
+	}
 	var routes *router.Table
 	var err error
 	if c.RoutesFile != "" {
@@ -411,13 +415,28 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 		}
 		return exitUsage
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.file != "" {
+		// The messages, and every field of them, come from the file.
+		for _, f := range []string{"id", "topic", "exchange", "routing-key", "delay", "at", "header", "content-type", "body", "body-file"} {
+			if set[f] {
+				fmt.Fprintf(e.stderr, "delayq enqueue: --%s does not go with -f: each line of the file gives its own fields\n", f)
+				return exitUsage
+			}
+		}
+		if o.batch < 1 || o.batch > 10000 {
+			fmt.Fprintf(e.stderr, "delayq enqueue: --batch %d: want 1 to 10000\n", o.batch)
+			return exitUsage
+		}
 		return enqueueFile(ctx, e, o)
+	}
+	if set["batch"] {
+		fmt.Fprintln(e.stderr, "delayq enqueue: --batch goes with -f only")
+		return exitUsage
 	}
 	m := shard.Message{ID: o.id, Topic: o.topic, Exchange: o.exchange, RoutingKey: o.routingKey,
 		Headers: o.headers, ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case set["delay"] && set["at"]:
 		fmt.Fprintln(e.stderr, "delayq enqueue: give --delay or --at, not both")
@@ -485,18 +504,25 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	defer done()
-	var enqueued, duplicates, rejected, full, failed int
+	var enqueued, duplicates, rejected, full, failed, inFlight int
 	var msgs []shard.Message
 	var lines []int
+	enqueueBatch := p.EnqueueBatch
+	if o.upsert {
+		enqueueBatch = p.UpsertBatch
+	}
 	flush := func() error {
 		if len(msgs) == 0 {
 			return nil
 		}
-		res, err := p.EnqueueBatch(ctx, msgs)
+		res, err := enqueueBatch(ctx, msgs)
 		for i, r := range res {
 			switch {
 			case r.Err == nil:
 				enqueued++
+			case errors.Is(r.Err, shard.ErrInFlight):
+				inFlight++
+				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
 			case errors.Is(r.Err, shard.ErrDuplicate):
 				duplicates++
 				fmt.Fprintf(e.stderr, "line %d: %v\n", lines[i], r.Err)
@@ -520,6 +546,9 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		fmt.Fprintf(e.stdout, "enqueued %d, duplicates %d, rejected %d", enqueued, duplicates, rejected)
 		if full > 0 {
 			fmt.Fprintf(e.stdout, ", refused at capacity %d", full)
+		}
+		if inFlight > 0 {
+			fmt.Fprintf(e.stdout, ", not replaced because in flight %d", inFlight)
 		}
 		if failed > 0 {
 			fmt.Fprintf(e.stdout, ", not enqueued because Redis failed %d", failed)
@@ -556,7 +585,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	summary()
-	if rejected > 0 || full > 0 {
+	if rejected > 0 || full > 0 || inFlight > 0 {
 		return exitFail
 	}
 	return exitOK
