@@ -19,11 +19,14 @@
 //     settlers; then claim again at once, without waiting for the confirm.
 //     Settler goroutines wait for each confirm: a confirmed message's lease
 //     goes to the ack batcher, which acks per shard, all shards in one
-//     pipelined round trip, every 10 ms or 1,024 leases; a returned one
-//     is dead-lettered; one that failed for now (nack, connection lost,
-//     timeout) is released (due again after RetryDelay, as a redelivery).
-//     What can never be delivered (corrupt envelope, no route, missing
-//     exchange) is dead-lettered before publishing. When confirms slow down,
+//     pipelined round trip, every 10 ms or 1,024 leases; one that failed
+//     for now (connection lost, timeout) is released: due again after
+//     RetryDelay, doubled for each earlier attempt up to MaxRetryDelay,
+//     with jitter, as a redelivery. One the broker refused (nack, returned
+//     as unroutable, exchange missing) is retried the same way until
+//     MaxRefusals, then dead-lettered with the broker's reason. What can
+//     never be delivered (corrupt envelope, no route) is dead-lettered
+//     before publishing. When confirms slow down,
 //     the window fills and workers claim less: backpressure, not expired
 //     leases.
 //  5. A visit that leaves its shard with nothing due ends in the idle
@@ -49,7 +52,10 @@
 //     others follow the cursor, so every shard is still visited each round.
 //
 // Expired leases are re-queued by the claim script itself whenever a shard
-// is visited, so there is no separate reaper to run or to forget.
+// is visited, so there is no separate reaper to run or to forget; a claim
+// reply also says when the shard's next lease expires, and the due board
+// treats that as work due then, so the messages of a crashed scanner come
+// back when their lease expires, not when a patrol happens by.
 //
 // # Guarantees
 //
@@ -58,8 +64,10 @@
 //     confirmed it. If the process dies at any point between claim and ack,
 //     the lease expires and another scanner publishes it again, with
 //     x-delayq-attempt raised.
-//   - A message the broker returns (unroutable) is never acked as delivered;
-//     it goes to the dead set with the broker's reason.
+//   - A message the broker refuses (returned as unroutable, nacked) is
+//     never acked as delivered; after MaxRefusals it goes to the dead set
+//     with the broker's reason. An outage (connection lost, blocked,
+//     timeout) never dead-letters anything.
 //   - Nothing is logged and dropped: a failure either settles the message
 //     (dead, released) or leaves it leased to come back.
 //

@@ -34,6 +34,7 @@ const (
 	ReasonNoRoute         = "no_route"
 	ReasonExchangeMissing = "exchange_missing"
 	ReasonReturned        = "returned"
+	ReasonNacked          = "nacked"
 )
 
 // NewMetrics creates the scanner's metrics and registers them with reg.
@@ -62,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ConfirmTime: latency("publish_confirm_seconds", "Time from publish to the broker's confirm.",
 			prometheus.ExponentialBuckets(.0001, 2.5, 14)),
 	}
-	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned} {
+	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
 	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Dead, m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)

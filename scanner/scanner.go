@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +42,22 @@ type Config struct {
 	// the messages are released for a retry. Default Lease/3.
 	PublishTimeout time.Duration
 	// RetryDelay is how long a message whose publish failed (nack,
-	// connection lost, timeout) waits before it is due again. Default 1s.
+	// connection lost, timeout) first waits before it is due again; each
+	// further failed publish of the same message doubles the wait, up to
+	// MaxRetryDelay, give or take a fifth (jitter, so retries of a burst
+	// spread out). Default 1s.
 	RetryDelay time.Duration
+	// MaxRetryDelay caps the wait between retries. Default 1m.
+	MaxRetryDelay time.Duration
+	// MaxRefusals is how many times the broker may refuse a message (a
+	// nack, an unroutable return, a missing exchange) before it goes to
+	// the dead set with the broker's last reason. Refusals can clear (a
+	// binding or an exchange declared a little late, a queue below its
+	// limit again), so they are retried with the backoff above first.
+	// Connection losses, timeouts and flow control are outages, not
+	// refusals: they never count, and never dead-letter a message.
+	// Default 5.
+	MaxRefusals int
 	// VisitBudget is how many claims one visit makes in a row while they
 	// come back full, before moving to the next shard. Default 16.
 	VisitBudget int
@@ -76,6 +91,12 @@ func (c *Config) defaults() {
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
 	}
+	if c.MaxRetryDelay <= 0 {
+		c.MaxRetryDelay = time.Minute
+	}
+	if c.MaxRefusals <= 0 {
+		c.MaxRefusals = 5
+	}
 	if c.VisitBudget <= 0 {
 		c.VisitBudget = 16
 	}
@@ -99,6 +120,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease %s: want at least 1s", c.Lease)
 	case c.PublishTimeout >= c.Lease:
 		return fmt.Errorf("publish timeout %s must be shorter than the lease %s", c.PublishTimeout, c.Lease)
+	case c.MaxRetryDelay < c.RetryDelay:
+		return fmt.Errorf("max retry delay %s is shorter than the retry delay %s", c.MaxRetryDelay, c.RetryDelay)
+	case c.MaxRefusals > 1000:
+		return fmt.Errorf("max refusals %d: want at most 1000", c.MaxRefusals)
 	}
 	return nil
 }
@@ -458,7 +483,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 		m, dead, err := s.prepare(pctx, c)
 		switch {
 		case dead != nil:
-			s.deadLetter(ctx, i, c, *dead)
+			s.undeliverable(ctx, i, c, *dead)
 			continue
 		case err != nil:
 			s.release(ctx, i, c, err)
@@ -480,30 +505,35 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 	}
 }
 
-// deadReason says why a message can never be delivered: a metric label
-// and the text stored with the message.
-type deadReason struct{ label, text string }
+// deadReason says why a message cannot be delivered: a metric label and
+// the text stored with the message. A refusal by the broker may clear, so
+// it is retried up to MaxRefusals times; anything else (a corrupt
+// envelope, no route) never will, so it goes to the dead set at once.
+type deadReason struct {
+	label, text string
+	refused     bool
+}
 
 // prepare turns a claimed message into a publish. A non-nil dead means it
 // can never be published (dead-letter); an error means not now (release).
 func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Message, *deadReason, error) {
 	if c.Envelope == nil {
-		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash"}, nil
+		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
-		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error()}, nil
+		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error(), false}, nil
 	}
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
-		return publisher.Message{}, &deadReason{ReasonNoRoute, err.Error()}, nil
+		return publisher.Message{}, &deadReason{ReasonNoRoute, err.Error(), false}, nil
 	}
 	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
 	if err != nil {
 		return publisher.Message{}, nil, err
 	}
 	if !ok {
-		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange)}, nil
+		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
 	}
 	h := make(amqp.Table, len(env.Headers)+2)
 	for _, kv := range env.Headers {
@@ -517,25 +547,57 @@ func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Mess
 	}, nil, nil
 }
 
-func (s *Scanner) deadLetter(ctx context.Context, i int, c *shard.Claimed, why deadReason) {
-	ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, why.text)
-	if err != nil {
-		s.errLog.warn("dead-letter; the message stays leased and will be retried", err)
+// undeliverable settles a message that could not be published for why: a
+// refusal is retried until MaxRefusals, anything else is dead at once.
+func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, why deadReason) {
+	if !why.refused {
+		ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, why.text)
+		if err != nil {
+			s.errLog.warn("dead-letter; the message stays leased and will be retried", err)
+		} else if ok {
+			s.buried(i, c, why)
+		}
 		return
 	}
-	if ok {
-		s.dead.Add(1)
-		s.d.Metrics.Dead.WithLabelValues(why.label).Inc()
-		s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
-			zap.Int("attempt", c.Attempt), zap.String("reason", why.text))
+	if ctx.Err() != nil {
+		return // shutting down past the deadline: the lease brings it back
 	}
+	out, err := s.d.Store.Refuse(ctx, i, c.Lease, s.retryDelay(c.Attempt), s.cfg.MaxRefusals, why.text)
+	switch {
+	case err != nil:
+		s.errLog.warn("release after a refusal; the message stays leased and will be retried", err)
+	case out == shard.Buried:
+		s.buried(i, c, why)
+	case out == shard.Released:
+		s.released.Add(1)
+		s.d.Metrics.Released.Inc()
+		s.errLog.warn("broker refused the message; released for a retry", fmt.Errorf("%s: %s", c.ID, why.text))
+	}
+}
+
+func (s *Scanner) buried(i int, c *shard.Claimed, why deadReason) {
+	s.dead.Add(1)
+	s.d.Metrics.Dead.WithLabelValues(why.label).Inc()
+	s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
+		zap.Int("attempt", c.Attempt), zap.String("reason", why.text))
+}
+
+// retryDelay is the wait before the next publish of a message whose
+// attempt-th publish failed: RetryDelay doubled per earlier attempt, at
+// most MaxRetryDelay, with ±20% jitter.
+func (s *Scanner) retryDelay(attempt int) time.Duration {
+	d := s.cfg.RetryDelay << min(max(attempt-1, 0), 20)
+	if d <= 0 || d > s.cfg.MaxRetryDelay {
+		d = s.cfg.MaxRetryDelay
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
 func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause error) {
 	if ctx.Err() != nil {
 		return // shutting down past the deadline: the lease brings it back
 	}
-	ok, err := s.d.Store.Release(ctx, i, c.Lease, s.cfg.RetryDelay)
+	ok, err := s.d.Store.Release(ctx, i, c.Lease, s.retryDelay(c.Attempt))
 	if err != nil {
 		s.errLog.warn("release; the message stays leased and will be retried", err)
 		return

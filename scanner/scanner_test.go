@@ -334,7 +334,7 @@ func TestLightLoadClaimsOncePerMessage(t *testing.T) {
 
 func TestUndeliverableGoesDead(t *testing.T) {
 	t.Parallel()
-	f := newFleet(t, 2, scanner.Config{Goroutines: 2}, rabbit.URL)
+	f := newFleet(t, 2, scanner.Config{Goroutines: 2, MaxRefusals: 3, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond}, rabbit.URL)
 	bad := map[string]shard.Message{
 		"no-binding":  {ID: "no-binding", Exchange: f.exchange, RoutingKey: "nobody-listens"},
 		"no-exchange": {ID: "no-exchange", Exchange: "missing-" + f.ns, RoutingKey: "rk"},
@@ -368,6 +368,11 @@ func TestUndeliverableGoesDead(t *testing.T) {
 		if !strings.Contains(info.Reason, reason) {
 			t.Errorf("%s: dead because %q, want %q", id, info.Reason, reason)
 		}
+		// What the broker refused was tried MaxRefusals times first;
+		// what can never work was not retried.
+		if refused := id == "no-binding" || id == "no-exchange"; refused && info.Attempts != 3 || !refused && info.Attempts != 0 {
+			t.Errorf("%s: dead after %d failed publishes", id, info.Attempts)
+		}
 		if len(f.delivered(id)) != 0 {
 			t.Errorf("%s was delivered", id)
 		}
@@ -383,6 +388,52 @@ func TestUndeliverableGoesDead(t *testing.T) {
 	if dead != 4 || f.scanner.Counts().Dead != 4 {
 		t.Errorf("stats count %d dead, scanner %d; want 4", dead, f.scanner.Counts().Dead)
 	}
+}
+
+// TestNackedMessageBacksOffThenDies: a queue that rejects every publish
+// (x-overflow reject-publish at length 0) makes the broker nack; the
+// message is retried with a growing delay, then dead-lettered with reason
+// "nacked" after MaxRefusals. A good message alongside is delivered.
+func TestNackedMessageBacksOffThenDies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, scanner.Config{Goroutines: 2, MaxRefusals: 4, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}, rabbit.URL)
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := f.ns + "-full"
+	if _, err := ch.QueueDeclare(q, false, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q, "full", f.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, m := range []shard.Message{{ID: "rejected", Exchange: f.exchange, RoutingKey: "full"}, {ID: "fine", Topic: "t"}} {
+		if _, err := f.prod.Enqueue(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitAll([]string{"fine"}, 10*time.Second)
+	var info shard.Info
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		info, _ = f.prod.Inspect(t.Context(), "rejected")
+		return info.State == shard.StateDead
+	}, func() string { return fmt.Sprintf("%+v", info) })
+	took := time.Since(start)
+	if !strings.Contains(info.Reason, "nack") || info.Attempts != 4 {
+		t.Errorf("dead with reason %q after %d publishes; want nacked after 4", info.Reason, info.Attempts)
+	}
+	// Three waits of 100, 200 and 400 ms, each give or take a fifth.
+	if took < 560*time.Millisecond {
+		t.Errorf("4 refused publishes took %s: no backoff", took)
+	}
+	t.Logf("dead after 4 nacks in %s", took.Round(time.Millisecond))
 }
 
 // TestBrokerRestartLosesNothing kills RabbitMQ in the middle of a flow and

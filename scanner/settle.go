@@ -60,7 +60,9 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 			}
 			s.acks.add(m.shard, m.c.Lease)
 		case errors.Is(err, publisher.ErrReturned):
-			s.deadLetter(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error()})
+			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error(), true})
+		case errors.Is(err, publisher.ErrNacked):
+			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonNacked, err.Error(), true})
 		default:
 			s.release(ctx, m.shard, &m.c, err)
 		}

@@ -10,12 +10,14 @@
 //	delayq:{ns:i}:due       ZSET  id -> due time (unix ms, Redis clock)
 //	delayq:{ns:i}:msg       HASH  id -> envelope (see AppendEnvelope)
 //	delayq:{ns:i}:inflight  ZSET  id -> lease deadline (unix ms), also the lease token
-//	delayq:{ns:i}:attempts  HASH  id -> deliveries that were not acked (absent = 0)
+//	delayq:{ns:i}:attempts  HASH  id -> "<redeliveries>:<scheduled ms>[:<refusals>]" once claimed
+//	                              (a bare count from older versions; absent = 0)
 //	delayq:{ns:i}:dead      ZSET  id -> when it was dead-lettered
 //	delayq:{ns:i}:reason    HASH  id -> why
 //	delayq:{ns:i}:counters  HASH  enqueued -> messages ever created in the shard
 //
-// plus the namespace's shard cursor (CursorKey) and wake-up channel
+// plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
+// high-water mark, every M used, producers' pins) and wake-up channel
 // (WakeChannel). A message lives in shard Of(id, M): FNV-1a 64 of the id,
 // modulo M, pinned by a test so it never changes.
 //
@@ -27,7 +29,10 @@
 // ZREMRANGEBYRANK … 0 k-1 and leases them in the same call; the scanner
 // publishes and, after the broker confirms, Ack deletes the message. A
 // publish that fails for now is Released (due again shortly, as a
-// redelivery); one that can never succeed is dead-lettered with a reason.
+// redelivery), one the broker refused is Refused (the same, until the
+// limit of refusals sends it to the dead set); one that can never succeed
+// is dead-lettered with a reason. Every delivery carries the time the
+// message was scheduled for (Claimed.DueMs), also after a redelivery.
 // Cancel, Reschedule and Inspect work by id in O(log N).
 //
 // # Guarantees
@@ -36,8 +41,14 @@
 //     claimed before its score.
 //   - At least once: a claimed message is deleted only by Ack with its
 //     lease token. If the scanner dies, the lease expires and the next claim
-//     of that shard re-queues it (the reaper is part of the claim script, so
-//     a visited shard cannot strand a lease), with its attempt count raised.
+//     of that shard re-queues it at its scheduled time (the reaper is part
+//     of the claim script, so a visited shard cannot strand a lease), with
+//     its attempt count raised. Each claim re-queues at most MaxReap and
+//     reports the shard's next lease deadline (ClaimResult.LeaseHeadMs), so
+//     a scanner knows when a shard has expired leases, as it knows its head.
+//   - Covered: every Producer pins the M it writes under (PinLayout), so
+//     the high-water mark scanners cover never drops below a shard it
+//     writes to, whatever M it was given.
 //   - Bounded: each script does O(k log N) work for a batch of k; none scans
 //     a whole set.
 //   - Atomic: each script is one Redis transaction; there is no state in
@@ -49,9 +60,10 @@
 //     such a copy from a new message that reuses the id, and deleting that
 //     one would lose it. The cost is one duplicate after a lease expiry;
 //     consumers dedupe on message_id anyway.
-//   - The x-delayq-due-ms of a redelivery is when it became due again (the
-//     reap or release time), not the original due time, which the claim
-//     removed from the due set.
+//   - Ids are unique per shard by the scripts; across the shards of two
+//     different Ms (a resize), the Producer looks the id up first, in a
+//     second step: two producers enqueueing one id at the same moment
+//     under different Ms can both succeed.
 //   - Wake-up notices are Redis Pub/Sub: best effort. Missing one makes a
 //     message late by at most the scanners' idle patrol of the shards,
 //     never lost.

@@ -134,25 +134,30 @@ return out
 `)
 
 // metaOf is the prelude of the scripts that read the attempts hash. Its
-// value for an id is "<redeliveries>:<scheduled ms>" once the message has
-// been claimed, or a bare "<redeliveries>" (written by older versions, or
-// after a reschedule). The scheduled time is the due time the message was
-// scheduled for, which the due ZSET's score no longer shows while the
-// message is in flight, or after a failed publish set it due again later:
-// every delivery reports it, and an expired lease puts the message back at
-// it, so a redelivery is never mistaken for an on-time one.
+// value for an id is "<redeliveries>:<scheduled ms>[:<refusals>]" once the
+// message has been claimed, or a bare "<redeliveries>" (written by older
+// versions, or after a reschedule). The scheduled time is the due time the
+// message was scheduled for, which the due ZSET's score no longer shows
+// while the message is in flight, or after a failed publish set it due
+// again later: every delivery reports it, and an expired lease puts the
+// message back at it, so a redelivery is never mistaken for an on-time
+// one. Refusals count the publishes the broker refused (releaseScript).
 const metaOf = `
 local function meta_of(v)
-  if not v then return 0, nil end
-  local a, s = string.match(v, '^(%d+):(-?%d+)$')
-  if a then return tonumber(a), tonumber(s) end
-  return tonumber(v) or 0, nil
+  if not v then return 0, nil, 0 end
+  local a, s, r = string.match(v, '^(%d+):(-?%d+):(%d+)$')
+  if a then return tonumber(a), tonumber(s), tonumber(r) end
+  a, s = string.match(v, '^(%d+):(-?%d+)$')
+  if a then return tonumber(a), tonumber(s), 0 end
+  return tonumber(v) or 0, nil, 0
 end
-local function meta(a, s)
+local function meta(a, s, r)
+  if r and r > 0 then return string.format('%d:%d:%d', a, s, r) end
   return string.format('%d:%d', a, s)
 end
--- forget_scheduled drops the scheduled time kept for id (a reschedule or a
--- redrive sets a new one: the due score), keeping its redelivery count.
+-- forget_scheduled drops the scheduled time and refusals kept for id (a
+-- reschedule or a redrive sets a new time: the due score, and a new
+-- count), keeping its redelivery count.
 local function forget_scheduled(key, id)
   local a, s = meta_of(redis.call('HGET', key, id))
   if not s then return end
@@ -200,10 +205,10 @@ if #lh > 0 and tonumber(lh[2]) <= now then
   local metas = redis.call('HMGET', KEYS[4], unpack(expired))
   local back, upd = {}, {}
   for j, id in ipairs(expired) do
-    local a, s = meta_of(metas[j])
+    local a, s, rf = meta_of(metas[j])
     s = s or now -- leased by an older version, which kept no scheduled time
     back[2 * j - 1], back[2 * j] = s, id
-    upd[2 * j - 1], upd[2 * j] = id, meta(a + 1, s)
+    upd[2 * j - 1], upd[2 * j] = id, meta(a + 1, s, rf)
   end
   redis.call('ZREM', KEYS[3], unpack(expired))
   redis.call('ZADD', KEYS[1], unpack(back))
@@ -231,9 +236,9 @@ if n > 0 then
   local metas = redis.call('HMGET', KEYS[4], unpack(ids))
   local upd = {}
   for i = 1, n do
-    local a, s = meta_of(metas[i])
+    local a, s, rf = meta_of(metas[i])
     s = s or tonumber(first[2 * i])
-    upd[2 * i - 1], upd[2 * i] = ids[i], meta(a, s)
+    upd[2 * i - 1], upd[2 * i] = ids[i], meta(a, s, rf)
     out[#out + 1] = ids[i]
     out[#out + 1] = deadline
     out[#out + 1] = s
@@ -280,25 +285,42 @@ end
 return #acked
 `)
 
-// releaseScript gives a lease back early, after a publish failed in a way
-// that may succeed later (connection lost, nack, timeout).
+// releaseScript gives a lease back early, after a publish failed: due
+// again after a delay, or, when the broker refused it too often, dead.
 //
 //	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
+//	KEYS[4] dead ZSET   KEYS[5] reason HASH
 //	ARGV[1] id   ARGV[2] lease token   ARGV[3] retry delay ms
+//	ARGV[4] most refusals before the dead set; 0 = the broker did not
+//	refuse (connection lost, timeout, blocked), which never counts
+//	ARGV[5] the broker's reason, stored when the message dies
+//	ARGV[6] wake channel   ARGV[7] shard index
 //
-// When the lease is still held: due at now + delay, attempts + 1 (the
-// publish may have reached the broker, so the next one is a redelivery);
-// the scheduled time the claim recorded stays, so the next delivery still
+// When the lease is still held: attempts + 1 (the publish may have reached
+// the broker, so the next one is a redelivery), refusals + 1 if refused;
+// then dead at now with the reason if refusals reached ARGV[4], else due
+// at now + delay, announced on the wake channel when it becomes the
+// shard's head (so the retry is on time, not left to the idle patrol). The
+// scheduled time the claim recorded stays, so the next delivery still
 // says when the message was due.
-// Returns 1 if released, 0 if the lease was already lost. Complexity: O(log N).
-var releaseScript = redis.NewScript(nowMs + metaOf + `
+// Returns 1 released, 2 dead, 0 the lease was already lost.
+// Complexity: O(log N).
+var releaseScript = redis.NewScript(nowMs + metaOf + wakeIfHead + `
 local l = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not l or tonumber(l) ~= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 local due = now + tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local a, s, rf = meta_of(redis.call('HGET', KEYS[3], ARGV[1]))
+if limit > 0 then rf = rf + 1 end
+redis.call('HSET', KEYS[3], ARGV[1], meta(a + 1, s or due, rf))
+if limit > 0 and rf >= limit then
+  redis.call('ZADD', KEYS[4], now, ARGV[1])
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
+  return 2
+end
 redis.call('ZADD', KEYS[1], due, ARGV[1])
-local a, s = meta_of(redis.call('HGET', KEYS[3], ARGV[1]))
-redis.call('HSET', KEYS[3], ARGV[1], meta(a + 1, s or due))
+wake_if_head(KEYS[1], ARGV[1], due, 6)
 return 1
 `)
 

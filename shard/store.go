@@ -276,16 +276,45 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, err
 	return total, nil
 }
 
-// Release gives a lease of shard i back: the message is due again after
-// delay, as a redelivery. It reports false if the lease was already lost.
+// Release gives a lease of shard i back after a publish failed in a way
+// that may succeed later (connection lost, timeout, flow control): the
+// message is due again after delay, as a redelivery. It reports false if
+// the lease was already lost.
 func (s *Store) Release(ctx context.Context, i int, l Lease, delay time.Duration) (bool, error) {
-	ks := ShardKeys(s.ns, i)
-	n, err := releaseScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts},
-		l.ID, l.Token, delay.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("release %q in shard %d: %w", l.ID, i, err)
+	out, err := s.release(ctx, i, l, delay, 0, "")
+	return out == Released, err
+}
+
+// ReleaseOutcome is what Refuse did.
+type ReleaseOutcome int
+
+// The outcomes of Release and Refuse.
+const (
+	LeaseLost ReleaseOutcome = iota // the lease had expired: nothing changed
+	Released                        // due again after the delay
+	Buried                          // refused limit times: now in the dead set
+)
+
+// Refuse gives back a lease whose publish the broker refused (a nack, an
+// unroutable return, a missing exchange): due again after delay, unless
+// this was the limit-th refusal of the message, which sends it to the dead
+// set with reason. Refusals are counted across deliveries; a reschedule
+// or redrive starts the count again.
+func (s *Store) Refuse(ctx context.Context, i int, l Lease, delay time.Duration, limit int, reason string) (ReleaseOutcome, error) {
+	if limit < 1 {
+		return LeaseLost, fmt.Errorf("refuse %q in shard %d: limit %d < 1", l.ID, i, limit)
 	}
-	return n == 1, nil
+	return s.release(ctx, i, l, delay, limit, reason)
+}
+
+func (s *Store) release(ctx context.Context, i int, l Lease, delay time.Duration, limit int, reason string) (ReleaseOutcome, error) {
+	ks := ShardKeys(s.ns, i)
+	n, err := releaseScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
+		l.ID, l.Token, delay.Milliseconds(), limit, reason, s.wake, i).Int()
+	if err != nil {
+		return LeaseLost, fmt.Errorf("release %q in shard %d: %w", l.ID, i, err)
+	}
+	return ReleaseOutcome(n), nil
 }
 
 // DeadLetter moves a leased message of shard i to the dead set with a

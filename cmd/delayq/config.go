@@ -55,6 +55,7 @@ type Config struct {
 	Goroutines      int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
 	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
 	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
+	MaxRefusals     int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
 	MaxBody         int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
 	MaxPending      int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
@@ -205,6 +206,8 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_CLAIM_BATCH: %d, want 1 to 1000", envPrefix, c.ClaimBatch)
 	case c.Lease < time.Second:
 		return fmt.Errorf("%s_LEASE: %s, want at least 1s (e.g. 30s)", envPrefix, c.Lease)
+	case c.MaxRefusals < 1 || c.MaxRefusals > 1000:
+		return fmt.Errorf("%s_MAX_REFUSALS: %d, want 1 to 1000", envPrefix, c.MaxRefusals)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
 	}
@@ -215,7 +218,7 @@ func (c Config) validateScan() error {
 }
 
 func (c Config) scannerConfig() scanner.Config {
-	return scanner.Config{Goroutines: c.Goroutines, ClaimBatch: c.ClaimBatch, Lease: c.Lease}
+	return scanner.Config{Goroutines: c.Goroutines, ClaimBatch: c.ClaimBatch, Lease: c.Lease, MaxRefusals: c.MaxRefusals}
 }
 
 // printEnv writes the variables table for -h. Secrets have no defaults, so

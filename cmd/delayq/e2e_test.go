@@ -394,7 +394,7 @@ func TestCrashDuringBurstRecoversAtLeaseSpeed(t *testing.T) {
 // TestDeadIsVisible: a message to an exchange with no binding for its key
 // is returned by the broker and shows up dead in stats and inspect.
 func TestDeadIsVisible(t *testing.T) {
-	w := newWorld(t, 4)
+	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=2")
 	w.consume()
 	w.scan()
 	if _, e, code := w.delayq("", "enqueue", "--id", "lost-1", "--exchange", w.exchange, "--routing-key", "nobody", "--delay", "10ms"); code != 0 {
@@ -616,7 +616,7 @@ func (w *world) waitSome(n int, within time.Duration) {
 // TestDeadRedrive: a message to a queue that does not exist yet dies with
 // the broker's reason; after the queue is declared, redrive delivers it.
 func TestDeadRedrive(t *testing.T) {
-	w := newWorld(t, 4)
+	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=2")
 	w.scan()
 	for _, id := range []string{"early-1", "early-2", "junk"} {
 		if _, e, code := w.delayq("", "enqueue", "--id", id, "--exchange", w.exchange, "--routing-key", "rk", "--delay", "0s"); code != 0 {
