@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,13 +56,27 @@ func (s *Store) DeadList(ctx context.Context, shards, limit int) ([]Dead, error)
 	return out, nil
 }
 
-// DeadIDs returns up to n ids of shard i's dead set, oldest first.
-func (s *Store) DeadIDs(ctx context.Context, i, n int) ([]string, error) {
-	ids, err := s.rdb.ZRange(ctx, ShardKeys(s.ns, i).Dead, 0, int64(n-1)).Result()
+// DeadIDs returns up to n ids of shard i's dead set that died at or
+// before the unix ms before (by the Redis clock; see RedisNow), oldest
+// first. Bounding a sweep by the time it started keeps it finite while
+// scanners keep dead-lettering.
+func (s *Store) DeadIDs(ctx context.Context, i int, beforeMs int64, n int) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, ShardKeys(s.ns, i).Dead, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(beforeMs, 10), Count: int64(n)}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list dead messages of shard %d: %w", i, err)
 	}
 	return ids, nil
+}
+
+// RedisNow returns the Redis server's clock in unix ms: the clock of every
+// score delayq writes.
+func (s *Store) RedisNow(ctx context.Context) (int64, error) {
+	t, err := s.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis time: %w", err)
+	}
+	return t.UnixMilli(), nil
 }
 
 // Redrive makes a dead message of shard i due now. It returns ErrNotFound

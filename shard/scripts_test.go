@@ -709,7 +709,7 @@ func TestDeadListRedrivePurge(t *testing.T) {
 	if err := b.prod.Purge(b.ctx, "d1"); !errors.Is(err, shard.ErrNotFound) {
 		t.Errorf("purge of an in-flight message: %v", err)
 	}
-	if ids, _ := b.store.DeadIDs(b.ctx, shard.Of("d3", 2), 10); len(ids) != 1 || ids[0] != "d3" {
+	if ids, _ := b.store.DeadIDs(b.ctx, shard.Of("d3", 2), time.Now().Add(time.Hour).UnixMilli(), 10); len(ids) != 1 || ids[0] != "d3" {
 		t.Errorf("dead ids %v", ids)
 	}
 }

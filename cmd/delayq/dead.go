@@ -112,10 +112,17 @@ func deadEach(ctx context.Context, e *env, action string, args []string) int {
 	if err != nil {
 		return e.fail("dead "+action, err)
 	}
+	// Only what was dead when the sweep started: a redriven message that
+	// dies again meanwhile (its route is still broken) is left for the next
+	// sweep, so the sweep ends.
+	start, err := st.RedisNow(ctx)
+	if err != nil {
+		return e.fail("dead "+action, err)
+	}
 	total := 0
 	for i := range n {
 		for {
-			ids, err := st.DeadIDs(ctx, i, 100)
+			ids, err := st.DeadIDs(ctx, i, start, 100)
 			if err != nil {
 				return e.fail("dead "+action, err)
 			}

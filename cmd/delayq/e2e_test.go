@@ -649,6 +649,33 @@ func TestDeadRedrive(t *testing.T) {
 	}
 }
 
+// TestRedriveAllEnds: redrive --all takes only what was dead when it
+// started, so it ends even while a scanner dead-letters again, at once,
+// everything it redrives (the route is still broken).
+func TestRedriveAllEnds(t *testing.T) {
+	w := newWorld(t, 2, "DELAYQ_MAX_REFUSALS=1")
+	w.scan()
+	var b strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&b, `{"id":"broken-%d","exchange":"missing-%s","routing_key":"rk","delay_ms":0}`+"\n", i, w.ns)
+	}
+	if out, e, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, e)
+	}
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		out, _, _ := w.delayq("", "stats", "--json")
+		var v struct{ Total struct{ Dead int64 } }
+		return json.Unmarshal([]byte(out), &v) == nil && v.Total.Dead == 300
+	}, func() string { out, _, _ := w.delayq("", "stats", "--json"); return out })
+	for range 3 {
+		out, e, code := w.delayq("", "dead", "redrive", "--all")
+		var n int
+		if _, err := fmt.Sscanf(out, "redriven %d dead", &n); code != 0 || err != nil || n > 300 {
+			t.Fatalf("redrive --all: code %d, %q %q: want at most the 300 dead when it started", code, out, e)
+		}
+	}
+}
+
 func TestCapacityLimit(t *testing.T) {
 	w := newWorld(t, 2, "DELAYQ_MAX_PENDING=10")
 	in, _ := w.jsonl(30, time.Hour, "cap")
