@@ -73,6 +73,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // ShardCollector exports per-shard gauges (scheduled, due now, in flight,
 // dead, oldest overdue) and the layout (M, high-water mark), read from
 // Redis at scrape time in one pipeline.
+//
+// These are the namespace's numbers, not the process's: every scanner pod
+// of a namespace exports the same values, labelled namespace="<ns>". So
+// aggregate them across pods with max (or any one pod) before summing over
+// shards, e.g. sum by (namespace) (max by (namespace, shard)
+// (delayq_shard_due)); a plain sum counts each message once per pod.
 type ShardCollector struct {
 	store   *shard.Store
 	layout  balance.Source
@@ -83,8 +89,12 @@ type ShardCollector struct {
 
 // NewShardCollector returns a collector over the shards layout covers.
 func NewShardCollector(store *shard.Store, layout balance.Source) *ShardCollector {
+	ns := ""
+	if store != nil {
+		ns = store.Namespace()
+	}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("delayq_"+name, help, labels, nil)
+		return prometheus.NewDesc("delayq_"+name, help, labels, prometheus.Labels{"namespace": ns})
 	}
 	return &ShardCollector{
 		store: store, layout: layout, timeout: 5 * time.Second,

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs what delayq's tests and demo need and are missing: redis-server
-# and rabbitmq-server from Debian's apt repositories. Idempotent: a second
-# run installs nothing. Neither package starts a service here; the tests and
-# the demo start their own servers on loopback.
+# Installs what delayq's tests and demo need and are missing: redis-server,
+# rabbitmq-server and prometheus (for promtool and a Prometheus that the
+# tests run against the dashboard and alert rules) from Debian's apt
+# repositories. Idempotent: a second run
+# installs nothing. No package starts a service here; the tests and the demo
+# start their own servers on loopback.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
+{ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; } || need+=(prometheus)
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || {
   echo "install.sh: Go is not installed; delayq needs Go 1.26 (https://go.dev/doc/install)" >&2
   exit 1
