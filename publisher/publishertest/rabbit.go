@@ -36,6 +36,13 @@ type Rabbit struct {
 type Options struct {
 	// TLS, when set, adds a TLS listener (Rabbit.TLSURL) with these files.
 	TLS *shardtest.Certs
+	// Definitions, when set, is a definitions file (users, vhosts,
+	// exchanges, ...) the node loads at boot (load_definitions). Such a
+	// node creates no guest user, so give Credentials too.
+	Definitions string
+	// Credentials are the "user:password" of Rabbit.URL. Default
+	// guest:guest.
+	Credentials string
 }
 
 // StartRabbit starts a node in a new temporary directory and waits until it
@@ -71,6 +78,17 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 	}
 	amqpPort, distPort, epmdPort := ports[0], ports[1], ports[2]
 	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort)
+	if opts.Definitions != "" {
+		abs, err := filepath.Abs(opts.Definitions)
+		if err != nil {
+			return nil, err
+		}
+		conf += "load_definitions = " + abs + "\n"
+	}
+	creds := opts.Credentials
+	if creds == "" {
+		creds = "guest:guest"
+	}
 	if opts.TLS != nil {
 		conf += fmt.Sprintf("listeners.ssl.default = 127.0.0.1:%d\nssl_options.cacertfile = %s\nssl_options.certfile = %s\n"+
 			"ssl_options.keyfile = %s\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
@@ -89,11 +107,11 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 	}
 	erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
 	r := &Rabbit{
-		URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort),
+		URL: fmt.Sprintf("amqp://%s@127.0.0.1:%d/", creds, amqpPort),
 		Dir: dir,
 	}
 	if opts.TLS != nil {
-		r.TLSURL = fmt.Sprintf("amqps://guest:guest@127.0.0.1:%d/", ports[3])
+		r.TLSURL = fmt.Sprintf("amqps://%s@127.0.0.1:%d/", creds, ports[3])
 	}
 	r.env = append(os.Environ(),
 		"HOME="+dir,
