@@ -157,9 +157,16 @@ func (p *Publisher) Start(ctx context.Context) {
 	p.wg.Go(func() { p.superviseConnection(ctx) })
 }
 
-// Close stops reconnecting, closes the connection and fails the confirms
-// still outstanding with ErrConnectionLost. It waits for every goroutine of
-// the publisher. It is safe to call more than once.
+// closeTimeout bounds how long Close waits for the broker to answer
+// connection.close. A broker that blocked the connection (a resource
+// alarm) reads nothing, so it never answers: without a deadline Close, and
+// the process shutting down, would hang until the alarm clears.
+const closeTimeout = 2 * time.Second
+
+// Close stops reconnecting, closes the connection (waiting at most
+// closeTimeout for the broker) and fails the confirms still outstanding
+// with ErrConnectionLost. It waits for every goroutine of the publisher. It
+// is safe to call more than once.
 func (p *Publisher) Close() error {
 	if p.cancel != nil {
 		p.cancel()
@@ -170,7 +177,7 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	var err error
 	if conn != nil {
-		if cerr := conn.Close(); cerr != nil && !errors.Is(cerr, amqp.ErrClosed) {
+		if cerr := conn.CloseDeadline(time.Now().Add(closeTimeout)); cerr != nil && !errors.Is(cerr, amqp.ErrClosed) {
 			err = fmt.Errorf("close AMQP connection: %w", cerr)
 		}
 	}

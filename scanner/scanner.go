@@ -130,6 +130,7 @@ func (c Config) Validate() error {
 
 // Publisher is what the scanner needs of publisher.Publisher.
 type Publisher interface {
+	Ready() bool
 	WaitReady(ctx context.Context) error
 	Publish(ctx context.Context, m publisher.Message) (*publisher.Confirm, error)
 	ExchangeExists(ctx context.Context, name string) (bool, error)
@@ -432,9 +433,16 @@ func sleep(ctx context.Context, d time.Duration) {
 // (nothing due), as opposed to stopping at the budget. A claim, once sent,
 // is always delivered (workCtx), even if claiming stops meanwhile.
 func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan claimReply) (total int, drained bool, err error) {
-	for range s.cfg.VisitBudget {
+	for n := range s.cfg.VisitBudget {
 		if claimCtx.Err() != nil {
 			return total, true, nil
+		}
+		if n > 0 && !s.d.Publisher.Ready() {
+			// The broker went away or blocked us mid-visit: claim no more
+			// (the loop waits until it is ready again). Without this, each
+			// goroutine went on claiming for the rest of its visit, each
+			// claim waiting out the publish timeout and being released.
+			return total, false, nil
 		}
 		start, sent := time.Now(), s.d.Now()
 		res, err := s.claims.claim(workCtx, i, reply)

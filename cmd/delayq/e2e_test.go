@@ -104,9 +104,12 @@ func newWorld(t *testing.T, shards int, extraEnv ...string) *world {
 
 // consume declares the exchange and a durable queue bound with key "rk"
 // and records every delivery.
-func (w *world) consume() {
+func (w *world) consume() { w.consumeFrom(rabbit.URL) }
+
+// consumeFrom is consume on the broker at url.
+func (w *world) consumeFrom(url string) {
 	t := w.t
-	conn, err := amqp.Dial(rabbit.URL)
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +306,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 	stats, _, _ := w.delayq("", "stats", "--json")
 	var v struct {
-		Total struct{ Scheduled, InFlight, Dead int64 } `json:"total"`
+		Total struct {
+			Scheduled int64 `json:"scheduled"`
+			InFlight  int64 `json:"in_flight"`
+			Dead      int64 `json:"dead"`
+		} `json:"total"`
 	}
 	if err := json.Unmarshal([]byte(stats), &v); err != nil || v.Total.Scheduled+v.Total.InFlight+v.Total.Dead != 0 {
 		t.Errorf("after the flow, stats: %v %s", err, stats)
@@ -604,6 +611,101 @@ func TestSigtermUnderLoad(t *testing.T) {
 }
 
 // waitSome waits until at least n distinct messages arrived.
+// inFlight returns the namespace's messages in flight, from delayq stats.
+func (w *world) inFlight() int64 {
+	w.t.Helper()
+	out, e, code := w.delayq("", "stats", "--json")
+	var v struct {
+		Total struct {
+			InFlight int64 `json:"in_flight"`
+		} `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		w.t.Fatalf("stats: %v %s %s", err, out, e)
+	}
+	return v.Total.InFlight
+}
+
+// TestSigtermLeavesNothingInFlight: a scanner stopped with SIGTERM under
+// load settles everything it claimed before it exits (confirmed and acked,
+// or released), so nothing waits for a lease; while it waits for confirms
+// a blocked broker withholds, /readyz answers 503 "shutting down"; what it
+// had to abandon comes back after the lease, and every message arrives.
+func TestSigtermLeavesNothingInFlight(t *testing.T) {
+	w := newWorld(t, 4, "DELAYQ_LEASE=9s", "DELAYQ_SHUTDOWN_TIMEOUT=2s") // confirms time out after 3s
+	node, err := publishertest.StartRabbit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
+	w.env = append(w.env, "DELAYQ_AMQP_URL="+node.URL)
+	w.consumeFrom(node.URL)
+	in, ids := w.jsonl(20000, 10*time.Second, "term")
+	if out, errOut, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, errOut)
+	}
+
+	// A clean stop under load: nothing left in flight.
+	first := w.scan()
+	w.waitSome(1000, 30*time.Second)
+	if err := first.term(30 * time.Second); err != nil {
+		t.Fatalf("SIGTERM under load: %v\n%s", err, first.log.String())
+	}
+	if n := w.inFlight(); n != 0 {
+		t.Errorf("%d messages left in flight by a scanner stopped with SIGTERM", n)
+	}
+
+	// A stop while the broker withholds confirms: not ready at once.
+	second := w.scan()
+	w.waitSome(w.count()+1000, 30*time.Second)
+	if _, err := node.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return w.inFlight() > 0 }, func() string {
+		out, _, _ := w.delayq("", "stats")
+		return fmt.Sprintf("nothing in flight under the alarm; %d arrived\n%s\n%s", w.count(), out, second.log.String())
+	})
+	_ = second.cmd.Process.Signal(syscall.SIGTERM)
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		code, body := get("http://" + second.metrics + "/readyz")
+		return code == 503 && strings.Contains(body, "shutting down")
+	}, func() string { code, body := get("http://" + second.metrics + "/readyz"); return fmt.Sprintf("/readyz %d %q", code, body) })
+	// The shutdown timeout (2 s) and the publisher's close timeout (2 s),
+	// with room for a loaded machine.
+	if err := second.term(15 * time.Second); err != nil {
+		t.Errorf("exit under a broker alarm: %v", err)
+	}
+	if _, err := node.Ctl("set_vm_memory_high_watermark", "0.4"); err != nil {
+		t.Fatal(err)
+	}
+	w.scan()
+	dups := w.waitDelivered(ids, 120*time.Second)
+	t.Logf("%d duplicates after two SIGTERMs, one under a broker alarm", dups)
+}
+
+// TestEndToEndClaimBatch: the same flow as TestEndToEnd with claims of up
+// to 16 messages: every message delivered once, none early.
+func TestEndToEndClaimBatch(t *testing.T) {
+	w := newWorld(t, 8, "DELAYQ_CLAIM_BATCH=16")
+	w.consume()
+	w.scan()
+	w.scan()
+	in, ids := w.jsonl(5000, 2*time.Second, "batch")
+	if out, errOut, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 || !strings.Contains(out, "enqueued 5000") {
+		t.Fatalf("enqueue: %d %s %s", code, out, errOut)
+	}
+	if dups := w.waitDelivered(ids, 60*time.Second); dups != 0 {
+		t.Errorf("%d duplicates without any failure", dups)
+	}
+}
+
+// count returns how many distinct ids have arrived.
+func (w *world) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.got)
+}
+
 func (w *world) waitSome(n int, within time.Duration) {
 	w.t.Helper()
 	shardtest.WaitFor(w.t, within, func() bool {

@@ -69,6 +69,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		{"delayq_messages_claimed_total", "", 200},
 		{"delayq_messages_enqueued_total", `shard="` + strconv.Itoa(shardOf("later", 4)) + `"`, 1},
 		{"delayq_dispatch_lateness_seconds_count", "", 200},
+		{"delayq_claim_lateness_seconds_count", "", 200},
 		{"delayq_publish_confirm_seconds_count", "", 200},
 		{"delayq_claim_duration_seconds_count", "", 1},
 		{"delayq_messages_dead_total", `reason="returned"`, 0},
@@ -104,12 +105,21 @@ func TestNotReadyWithoutBroker(t *testing.T) {
 	if code != 503 || !strings.Contains(body, "amqp") {
 		t.Errorf("/readyz = %d %q, want 503 naming amqp", code, body)
 	}
-	if _, e, c := w.delayq("", "enqueue", "--id", "waits", "--exchange", "x", "--routing-key", "k", "--delay", "0s"); c != 0 {
+	at := time.Now().Add(-10 * time.Second).UTC().Format(time.RFC3339Nano)
+	if _, e, c := w.delayq("", "enqueue", "--id", "waits", "--exchange", "x", "--routing-key", "k", "--at", at); c != 0 {
 		t.Fatal(e)
 	}
 	_, metrics := get(base + "/metrics")
 	if v, _ := metricValue(metrics, "delayq_messages_claimed_total", ""); v != 0 {
 		t.Errorf("claimed %v messages with no broker to publish to", v)
+	}
+	// The backlog gauges: one message due, waiting since 10 s ago.
+	sh := `shard="` + strconv.Itoa(shardOf("waits", 4)) + `"`
+	if v, ok := metricValue(metrics, "delayq_shard_due", sh); !ok || v != 1 {
+		t.Errorf("delayq_shard_due{%s} = %v (present %v), want 1", sh, v, ok)
+	}
+	if v, ok := metricValue(metrics, "delayq_shard_oldest_overdue_seconds", sh); !ok || v < 10 || v > 60 {
+		t.Errorf("delayq_shard_oldest_overdue_seconds{%s} = %v (present %v), want 10 to 60", sh, v, ok)
 	}
 	if out, _, _ := w.delayq("", "inspect", "waits"); !strings.Contains(out, "scheduled") {
 		t.Errorf("message not left scheduled: %s", out)
