@@ -669,7 +669,10 @@ func TestSigtermLeavesNothingInFlight(t *testing.T) {
 	shardtest.WaitFor(t, 10*time.Second, func() bool {
 		code, body := get("http://" + second.metrics + "/readyz")
 		return code == 503 && strings.Contains(body, "shutting down")
-	}, func() string { code, body := get("http://" + second.metrics + "/readyz"); return fmt.Sprintf("/readyz %d %q", code, body) })
+	}, func() string {
+		code, body := get("http://" + second.metrics + "/readyz")
+		return fmt.Sprintf("/readyz %d %q", code, body)
+	})
 	// The shutdown timeout (2 s) and the publisher's close timeout (2 s),
 	// with room for a loaded machine.
 	if err := second.term(15 * time.Second); err != nil {
