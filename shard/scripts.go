@@ -574,9 +574,71 @@ wake_if_head(KEYS[1], id, due, 5)
 return {1, due}
 `)
 
+// listScript reads one page of a shard's scheduled messages, in due order.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] attempts HASH
+//	ARGV[1] "" to start at the earliest, else the id the last page ended with
+//	ARGV[2] that id's due ms   ARGV[3] n, the page size (at most maxListPage)
+//
+// A page starts just after the last page's id when it is still scheduled
+// at that time (ZRANK), else at the first entry due at or after that time
+// (so a page may repeat entries that share the due time of an id that left
+// the set meanwhile, and never skips one).
+// Returns {id, due, envelope|nil, attempts value|nil, ...} for up to n
+// entries. Complexity: O(log N + n).
+var listScript = redis.NewScript(`
+local n = tonumber(ARGV[3])
+local start = 0
+if ARGV[1] ~= '' then
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if s and tonumber(s) == tonumber(ARGV[2]) then
+    start = redis.call('ZRANK', KEYS[1], ARGV[1]) + 1
+  else
+    start = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[2])
+  end
+end
+local page = redis.call('ZRANGE', KEYS[1], start, start + n - 1, 'WITHSCORES')
+local out = {}
+if #page == 0 then return out end
+local ids = {}
+for j = 1, #page, 2 do ids[#ids + 1] = page[j] end
+local envs = redis.call('HMGET', KEYS[2], unpack(ids))
+local metas = redis.call('HMGET', KEYS[3], unpack(ids))
+for j, id in ipairs(ids) do
+  out[#out + 1] = id
+  out[#out + 1] = tonumber(page[2 * j])
+  out[#out + 1] = envs[j]
+  out[#out + 1] = metas[j]
+end
+return out
+`)
+
+// cancelManyScript cancels several scheduled messages of one shard.
+//
+//	KEYS as cancelScript
+//	ARGV ids (at most maxCancelMany)
+//
+// Returns one status per id, as cancelScript's: 1 cancelled, 0 not
+// scheduled here, -1 in flight. Complexity: O(n log N).
+var cancelManyScript = redis.NewScript(`
+local out = {}
+for j, id in ipairs(ARGV) do
+  if redis.call('ZSCORE', KEYS[3], id) then
+    out[j] = -1
+  elseif redis.call('ZREM', KEYS[1], id) == 0 then
+    out[j] = 0
+  else
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[4], id)
+    out[j] = 1
+  end
+end
+return out
+`)
+
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
-	redriveScript, purgeScript, retryScript,
+	redriveScript, purgeScript, retryScript, listScript, cancelManyScript,
 }

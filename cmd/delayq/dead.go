@@ -119,32 +119,39 @@ func deadEach(ctx context.Context, e *env, action string, args []string) int {
 	if err != nil {
 		return e.fail("dead "+action, err)
 	}
+	each := st.Redrive
+	if action == "purge" {
+		each = st.Purge
+	}
 	total := 0
 	for i := range n {
-		for {
-			ids, err := st.DeadIDs(ctx, i, start, 100)
-			if err != nil {
-				return e.fail("dead "+action, err)
-			}
-			if len(ids) == 0 {
-				break
-			}
-			for _, id := range ids {
-				var err error
-				if action == "purge" {
-					err = st.Purge(ctx, i, id)
-				} else {
-					err = st.Redrive(ctx, i, id)
-				}
-				if err != nil && !errors.Is(err, shard.ErrNotFound) { // gone meanwhile: fine
-					return e.fail("dead "+action, fmt.Errorf("after %d: %w", total, err))
-				}
-				total++
-			}
+		done, err := eachDead(ctx, st, i, start, each)
+		total += done
+		if err != nil {
+			return e.fail("dead "+action, fmt.Errorf("after %d: %w", total, err))
 		}
 	}
 	fmt.Fprintf(e.stdout, "%s %d dead message(s)\n", past, total)
 	return exitOK
+}
+
+// eachDead applies op (Redrive or Purge) to every message of shard i's
+// dead set that died at or before startMs, 100 at a time, and returns how
+// many it did. An id gone meanwhile counts as done.
+func eachDead(ctx context.Context, st *shard.Store, i int, startMs int64, op func(context.Context, int, string) error) (int, error) {
+	n := 0
+	for {
+		ids, err := st.DeadIDs(ctx, i, startMs, 100)
+		if err != nil || len(ids) == 0 {
+			return n, err
+		}
+		for _, id := range ids {
+			if err := op(ctx, i, id); err != nil && !errors.Is(err, shard.ErrNotFound) {
+				return n, err
+			}
+			n++
+		}
+	}
 }
 
 func contains(xs []string, x string) bool {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -51,7 +52,9 @@ type command struct {
 var commands = []command{
 	{"scan", "", "run a scanner worker until SIGINT/SIGTERM", runScan},
 	{"enqueue", "--id ID (--topic T | --exchange X [--routing-key K]) (--delay D | --at T) | -f FILE", "schedule messages", runEnqueue},
-	{"cancel", "ID...", "cancel scheduled messages", runCancel},
+	{"cancel", "ID... | -f FILE", "cancel scheduled messages", runCancel},
+	{"list", "[--shard N] [--topic T] [--prefix P] [--limit N] [--after CURSOR] [--json]", "list scheduled messages, in due order per shard", runList},
+	{"clear", "--all [--dead] | --topic T | --prefix P [--yes]", "cancel scheduled messages in bulk, after a confirmation", runClear},
 	{"reschedule", "ID (--delay D | --at T)", "move a scheduled message", runReschedule},
 	{"inspect", "ID", "show where a message is", runInspect},
 	{"stats", "[--json] [--watch [--interval D]]", "per-shard counts", runStats},
@@ -136,6 +139,15 @@ func flagsOf(name string) *flag.FlagSet {
 		return fs
 	case "inspect":
 		fs, _ := inspectFlags()
+		return fs
+	case "list":
+		fs, _ := newListFlags()
+		return fs
+	case "clear":
+		fs, _ := newClearFlags()
+		return fs
+	case "cancel":
+		fs, _ := cancelFlags()
 		return fs
 	}
 	return nil
@@ -591,24 +603,88 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 	return exitOK
 }
 
+func cancelFlags() (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	return fs, fs.String("f", "", "file of ids, one a line ('-' = stdin)")
+}
+
+// runCancel: delayq cancel ID... | -f FILE. The ids go to Redis in
+// batches of 1,000, one script call per shard and 64 ids.
 func runCancel(ctx context.Context, e *env, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(e.stderr, "delayq cancel: give at least one ID")
+	fs, file := cancelFlags()
+	ids, err := parse(fs, args, e.stderr)
+	if err != nil {
 		return exitUsage
+	}
+	switch {
+	case *file != "" && len(ids) > 0:
+		fmt.Fprintln(e.stderr, "delayq cancel: give IDs or -f FILE, not both")
+		return exitUsage
+	case *file == "" && len(ids) == 0:
+		fmt.Fprintln(e.stderr, "delayq cancel: give at least one ID, or -f FILE")
+		return exitUsage
+	}
+	var in *bufio.Scanner
+	if *file != "" {
+		r := e.stdin
+		if *file != "-" {
+			f, err := os.Open(*file)
+			if err != nil {
+				return e.fail("cancel", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		in = bufio.NewScanner(r)
+		in.Buffer(make([]byte, 64<<10), 64<<10)
 	}
 	p, done, err := e.producer(ctx)
 	if err != nil {
 		return e.fail("cancel", err)
 	}
 	defer done()
-	code := exitOK
-	for _, id := range args {
-		if err := p.Cancel(ctx, id); err != nil {
-			code = e.fail("cancel", err)
-			continue
+	code, cancelled := exitOK, 0
+	flush := func(batch []string) error {
+		errs, err := p.CancelBatch(ctx, batch)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(e.stdout, "cancelled %s\n", id)
+		for j, id := range batch {
+			if errs[j] != nil {
+				code = e.fail("cancel", errs[j])
+				continue
+			}
+			cancelled++
+			if in == nil {
+				fmt.Fprintf(e.stdout, "cancelled %s\n", id)
+			}
+		}
+		return nil
 	}
+	if in == nil {
+		if err := flush(ids); err != nil {
+			return e.fail("cancel", err)
+		}
+		return code
+	}
+	var batch []string
+	for in.Scan() {
+		if id := strings.TrimSpace(in.Text()); id != "" {
+			if batch = append(batch, id); len(batch) == 1000 {
+				if err := flush(batch); err != nil {
+					return e.fail("cancel", err)
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	if err := in.Err(); err != nil {
+		return e.fail("cancel", fmt.Errorf("reading %s: %w", *file, err))
+	}
+	if err := flush(batch); err != nil {
+		return e.fail("cancel", err)
+	}
+	fmt.Fprintf(e.stdout, "cancelled %d\n", cancelled)
 	return code
 }
 

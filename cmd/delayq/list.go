@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+)
+
+// listFlags are `delayq list`'s flags.
+type listFlags struct {
+	shard         int
+	topic, prefix string
+	limit         int
+	after         string
+	json          bool
+}
+
+func newListFlags() (*flag.FlagSet, *listFlags) {
+	o := &listFlags{}
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	fs.IntVar(&o.shard, "shard", -1, "only this shard (default: every shard)")
+	fs.StringVar(&o.topic, "topic", "", "only messages of this topic")
+	fs.StringVar(&o.prefix, "prefix", "", "only ids that start with this")
+	fs.IntVar(&o.limit, "limit", 100, "most messages to show, 1 to 10000")
+	fs.StringVar(&o.after, "after", "", "go on after this cursor (printed at the end of a page)")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+	return fs, o
+}
+
+// listView is one message as `delayq list --json` prints it.
+type listView struct {
+	ID         string `json:"id"`
+	Shard      int    `json:"shard"`
+	Due        string `json:"due"`
+	Attempts   int    `json:"attempts"`
+	Topic      string `json:"topic,omitempty"`
+	Exchange   string `json:"exchange,omitempty"`
+	RoutingKey string `json:"routing_key,omitempty"`
+	BodyBytes  int    `json:"body_bytes"`
+	Corrupt    string `json:"corrupt,omitempty"`
+}
+
+// matches reports whether l passes the topic and prefix filters.
+func (o *listFlags) matches(l *shard.Listed) bool {
+	if o.prefix != "" && !strings.HasPrefix(l.ID, o.prefix) {
+		return false
+	}
+	return o.topic == "" || l.Envelope != nil && l.Envelope.Topic == o.topic
+}
+
+// runList: delayq list [--shard N] [--topic T] [--prefix P] [--limit N] [--after CURSOR] [--json]
+// pages through the scheduled messages, shard after shard, each in due
+// order; every Redis call reads one page of at most 500.
+func runList(ctx context.Context, e *env, args []string) int {
+	fs, o := newListFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil || len(pos) > 0 {
+		if err == nil {
+			fmt.Fprintf(e.stderr, "delayq list: unexpected arguments %q\n", pos)
+		}
+		return exitUsage
+	}
+	if o.limit < 1 || o.limit > 10000 {
+		fmt.Fprintf(e.stderr, "delayq list: --limit %d: want 1 to 10000\n", o.limit)
+		return exitUsage
+	}
+	from, after, err := parseListCursor(o.after)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq list: --after: %v\n", err)
+		return exitUsage
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("list", err)
+	}
+	defer rdb.Close()
+	n, err := e.shardsToShow(ctx, st)
+	if err != nil {
+		return e.fail("list", err)
+	}
+	to := n
+	if o.shard >= 0 {
+		if o.shard >= n {
+			fmt.Fprintf(e.stderr, "delayq list: --shard %d: the namespace has shards 0 to %d\n", o.shard, n-1)
+			return exitUsage
+		}
+		from, to = max(from, o.shard), o.shard+1
+	}
+	var views []listView
+	next := ""
+walk:
+	for i := from; i < to; i++ {
+		if i > from {
+			after = shard.ListCursor{}
+		}
+		for {
+			page, cur, more, err := st.List(ctx, i, after, 500)
+			if err != nil {
+				return e.fail("list", err)
+			}
+			for j := range page {
+				l := &page[j]
+				if !o.matches(l) {
+					continue
+				}
+				if len(views) == o.limit {
+					next = formatListCursor(i, after)
+					break walk
+				}
+				views = append(views, viewOf(l))
+				after = shard.ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+			}
+			if !more {
+				break
+			}
+			after = cur
+		}
+	}
+	if o.json {
+		return writeJSON(e, struct {
+			Messages []listView `json:"messages"`
+			Next     string     `json:"next,omitempty"`
+		}{Messages: append([]listView{}, views...), Next: next})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSHARD\tDUE\tATTEMPTS\tDESTINATION\tBYTES")
+	for _, v := range views {
+		dest := v.Topic
+		if dest == "" {
+			dest = v.Exchange + " / " + v.RoutingKey
+		}
+		if v.Corrupt != "" {
+			dest = "corrupt: " + v.Corrupt
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\n", v.ID, v.Shard, v.Due, v.Attempts, dest, v.BodyBytes)
+	}
+	_ = tw.Flush()
+	if next != "" {
+		fmt.Fprintf(e.stdout, "%d shown; more with --after %s\n", len(views), next)
+	} else {
+		fmt.Fprintf(e.stdout, "%d shown\n", len(views))
+	}
+	return exitOK
+}
+
+func viewOf(l *shard.Listed) listView {
+	v := listView{ID: l.ID, Shard: l.Shard, Due: l.Due.UTC().Format(time.RFC3339Nano), Attempts: l.Attempts}
+	if l.Envelope != nil {
+		v.Topic, v.Exchange, v.RoutingKey, v.BodyBytes = l.Envelope.Topic, l.Envelope.Exchange, l.Envelope.RoutingKey, len(l.Envelope.Body)
+	} else if l.Corrupt != nil {
+		v.Corrupt = l.Corrupt.Error()
+	}
+	return v
+}
+
+// A list cursor is "<shard>:<due ms>:<id>" (the id may hold colons).
+func formatListCursor(i int, c shard.ListCursor) string {
+	return fmt.Sprintf("%d:%d:%s", i, c.DueMs, c.ID)
+}
+
+func parseListCursor(s string) (int, shard.ListCursor, error) {
+	if s == "" {
+		return 0, shard.ListCursor{}, nil
+	}
+	f := strings.SplitN(s, ":", 3)
+	if len(f) != 3 {
+		return 0, shard.ListCursor{}, fmt.Errorf("%q: want <shard>:<due ms>:<id> as printed by a previous page", s)
+	}
+	i, err1 := strconv.Atoi(f[0])
+	due, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || i < 0 {
+		return 0, shard.ListCursor{}, fmt.Errorf("%q: want <shard>:<due ms>:<id> as printed by a previous page", s)
+	}
+	return i, shard.ListCursor{ID: f[2], DueMs: due}, nil
+}

@@ -1,0 +1,233 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Listed is one scheduled message, as List shows it.
+type Listed struct {
+	ID       string
+	Shard    int
+	Due      time.Time // the due ZSET's score: when it is next due
+	Attempts int       // deliveries so far that were not acked
+	Envelope *Envelope // nil when Corrupt is set
+	Corrupt  error     // why the stored envelope could not be decoded
+}
+
+// ListCursor is where a listing of one shard goes on: after the entry with
+// this id and due time. The zero value starts at the earliest.
+type ListCursor struct {
+	ID    string
+	DueMs int64
+}
+
+// maxListPage bounds one list script call.
+const maxListPage = 1000
+
+// List returns up to n (at most 1000) scheduled messages of shard i in due
+// order, starting after the cursor, and the cursor of the next page; more
+// is false when the shard has nothing after this page. Each call is one
+// script call of O(log N + n) work, so a listing never blocks Redis, and a
+// listing of a set that changes meanwhile is a walk, not a snapshot.
+func (s *Store) List(ctx context.Context, i int, after ListCursor, n int) (page []Listed, next ListCursor, more bool, err error) {
+	if n < 1 || n > maxListPage {
+		return nil, after, false, fmt.Errorf("list shard %d: page size %d: want 1 to %d", i, n, maxListPage)
+	}
+	ks := ShardKeys(s.ns, i)
+	v, err := listScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Attempts}, after.ID, after.DueMs, n).Slice()
+	if err != nil {
+		return nil, after, false, fmt.Errorf("list shard %d: %w", i, err)
+	}
+	if len(v)%4 != 0 {
+		return nil, after, false, fmt.Errorf("list shard %d: unexpected reply of %d fields", i, len(v))
+	}
+	r := reply{v: v, what: "list reply"}
+	for o := 0; o < len(v); o += 4 {
+		l := Listed{ID: r.str(o), Shard: i, Due: time.UnixMilli(r.int(o + 1))}
+		if raw := r.optBytes(o + 2); raw == nil {
+			l.Corrupt = errors.New("envelope missing from the msg hash")
+		} else if env, err := DecodeEnvelope(raw); err != nil {
+			l.Corrupt = err
+		} else {
+			l.Envelope = &env
+		}
+		if m := r.optBytes(o + 3); m != nil {
+			a, _, _ := strings.Cut(string(m), ":")
+			l.Attempts, _ = strconv.Atoi(a)
+		}
+		page = append(page, l)
+	}
+	if r.err != nil {
+		return nil, after, false, fmt.Errorf("list shard %d: %w", i, r.err)
+	}
+	if len(page) == 0 {
+		return nil, after, false, nil
+	}
+	last := page[len(page)-1]
+	return page, ListCursor{ID: last.ID, DueMs: last.Due.UnixMilli()}, len(page) == n, nil
+}
+
+// maxCancelMany bounds one cancelMany script call.
+const maxCancelMany = 64
+
+// CancelMany cancels the scheduled messages ids of shard i, with one
+// script call per 64 ids, all in one pipelined round trip. errs[j] is nil,
+// or wraps ErrNotFound (not scheduled in this shard) or ErrInFlight.
+func (s *Store) CancelMany(ctx context.Context, i int, ids []string) (errs []error, err error) {
+	errs = make([]error, len(ids))
+	ks := ShardKeys(s.ns, i)
+	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
+	run := func() ([]*redis.Cmd, error) {
+		var cmds []*redis.Cmd
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for lo := 0; lo < len(ids); lo += maxCancelMany {
+				args := make([]any, 0, maxCancelMany)
+				for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
+					args = append(args, id)
+				}
+				cmds = append(cmds, cancelManyScript.EvalSha(ctx, p, keys, args...))
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run()
+	if isNoScript(err) { // Redis forgot the scripts: none ran; load them and run again
+		if err = s.Load(ctx); err == nil {
+			cmds, err = run()
+		}
+	}
+	if err != nil {
+		return errs, fmt.Errorf("cancel %d messages of shard %d: %w", len(ids), i, err)
+	}
+	for c, cmd := range cmds {
+		st, err := cmd.Int64Slice()
+		if err != nil {
+			return errs, fmt.Errorf("cancel messages of shard %d: %w", i, err)
+		}
+		for k, status := range st {
+			j := c*maxCancelMany + k
+			switch status {
+			case 0:
+				errs[j] = fmt.Errorf("cancel %q: %w", ids[j], ErrNotFound)
+			case -1:
+				errs[j] = fmt.Errorf("cancel %q: %w", ids[j], ErrInFlight)
+			}
+		}
+	}
+	return errs, nil
+}
+
+// CancelBatch cancels scheduled messages by id, wherever a resize left
+// them: one script call per shard and 64 ids; for the ids not scheduled in
+// the shard they hash to now, when another M was used (Layout.Used), a
+// look-up in the shards older Ms put them in and the cancels there. errs[j]
+// belongs to ids[j]: nil, or wraps ErrNotFound, ErrInFlight or ErrInvalid.
+// The returned error is set when Redis itself failed.
+func (p *Producer) CancelBatch(ctx context.Context, ids []string) (errs []error, err error) {
+	errs = make([]error, len(ids))
+	m, err := p.shards.ShardCount()
+	if err != nil {
+		return errs, fmt.Errorf("cancel batch: shard count: %w", err)
+	}
+	lay, err := p.pinned(ctx, m)
+	if err != nil {
+		return errs, fmt.Errorf("cancel batch: %w", err)
+	}
+	byShard := map[int][]int{} // shard -> positions in ids
+	for j, id := range ids {
+		if err := validateID(id); err != nil {
+			errs[j] = fmt.Errorf("cancel %q: %w", id, err)
+			continue
+		}
+		byShard[Of(id, m)] = append(byShard[Of(id, m)], j)
+	}
+	var missing []int // positions not scheduled in their shard
+	cancel := func(groups map[int][]int, collect bool) error {
+		for i, pos := range groups {
+			sub := make([]string, len(pos))
+			for k, j := range pos {
+				sub[k] = ids[j]
+			}
+			res, err := p.store.CancelMany(ctx, i, sub)
+			if err != nil {
+				return err
+			}
+			for k, j := range pos {
+				errs[j] = res[k]
+				if collect && errors.Is(res[k], ErrNotFound) {
+					missing = append(missing, j)
+				}
+			}
+		}
+		return nil
+	}
+	if err := cancel(byShard, len(lay.Used) > 1); err != nil {
+		return errs, err
+	}
+	if len(missing) == 0 {
+		return errs, nil
+	}
+	look, in := make([]string, len(missing)), make([][]int, len(missing))
+	for k, j := range missing {
+		look[k], in[k] = ids[j], olderShards(ids[j], m, lay.Used)
+	}
+	found, err := p.store.locateEach(ctx, look, in)
+	if err != nil {
+		return errs, err
+	}
+	again := map[int][]int{}
+	for k, j := range missing {
+		if found[k] >= 0 {
+			again[found[k]] = append(again[found[k]], j)
+		}
+	}
+	return errs, cancel(again, false)
+}
+
+// ClearShard cancels the scheduled messages of shard i that match (all
+// when match is nil), a page of 500 and one cancel call per 64 ids at a
+// time, so Redis is never blocked however many there are. Messages in
+// flight cannot be cancelled: they are counted in inFlight and left alone.
+// A message scheduled into the shard while it runs may or may not be
+// cancelled.
+func (s *Store) ClearShard(ctx context.Context, i int, match func(*Listed) bool) (cancelled, inFlight int, err error) {
+	var after ListCursor
+	for {
+		page, next, more, err := s.List(ctx, i, after, 500)
+		if err != nil {
+			return cancelled, inFlight, err
+		}
+		var ids []string
+		for j := range page {
+			if match == nil || match(&page[j]) {
+				ids = append(ids, page[j].ID)
+			}
+		}
+		if len(ids) > 0 {
+			errs, err := s.CancelMany(ctx, i, ids)
+			if err != nil {
+				return cancelled, inFlight, err
+			}
+			for _, e := range errs {
+				switch {
+				case e == nil:
+					cancelled++
+				case errors.Is(e, ErrInFlight):
+					inFlight++
+				}
+			}
+		}
+		if !more {
+			return cancelled, inFlight, nil
+		}
+		after = next
+	}
+}
