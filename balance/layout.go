@@ -42,6 +42,12 @@ type LayoutOptions struct {
 	// come down, so producers that learn M late have written what they
 	// will write. Default 30s.
 	Grace time.Duration
+	// SettleEvery is how often a draining Layout, while the namespace
+	// records more than one M (shard.Layout.Used), sweeps every message to
+	// see whether all of them are where the current M puts them; when they
+	// are, it forgets the other Ms, and producers stop looking for ids in
+	// the shards of those Ms. Default 1m.
+	SettleEvery time.Duration
 	Log   *zap.Logger
 }
 
@@ -67,6 +73,7 @@ type Layout struct {
 	lastM     int
 	mSince    time.Time
 	lastDrain time.Time
+	used      []int // shard.Layout.Used as of the last Refresh
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -83,6 +90,9 @@ func NewLayout(counter Counter, store *shard.Store, opts LayoutOptions) *Layout 
 	if opts.Grace <= 0 {
 		opts.Grace = 30 * time.Second
 	}
+	if opts.SettleEvery <= 0 {
+		opts.SettleEvery = time.Minute
+	}
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
@@ -91,11 +101,29 @@ func NewLayout(counter Counter, store *shard.Store, opts LayoutOptions) *Layout 
 
 // Start records the layout once, then keeps it fresh in a goroutine (every
 // Refresh, and at once when a ConsulWatcher reports a change) until Stop.
+// A draining Layout also runs its settle sweeps (SettleEvery) in a second
+// goroutine.
 func (l *Layout) Start(ctx context.Context) error {
 	if err := l.Refresh(ctx); err != nil {
 		return err
 	}
 	ctx, l.cancel = context.WithCancel(ctx)
+	if l.opts.Drain {
+		l.wg.Go(func() {
+			t := time.NewTicker(l.opts.SettleEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if _, err := l.Settle(ctx); err != nil && ctx.Err() == nil {
+					l.log.Warn("sweep for messages of an older M; trying again later", zap.Error(err))
+				}
+			}
+		})
+	}
 	l.wg.Go(func() {
 		t := time.NewTicker(l.opts.Refresh)
 		defer t.Stop()
@@ -184,6 +212,9 @@ func (l *Layout) Refresh(ctx context.Context) error {
 	}
 	l.mirror.Store(int64(lay.M))
 	l.hwm.Store(int64(lay.HighWater))
+	l.mu.Lock()
+	l.used = lay.Used
+	l.mu.Unlock()
 	if m == 0 {
 		return nil
 	}
@@ -241,6 +272,68 @@ func (l *Layout) drain(ctx context.Context, m int, lay shard.Layout, stableFor t
 			zap.Int("m", m), zap.Int("from", lay.HighWater), zap.Int("to", top))
 	}
 	return nil
+}
+
+// settlePage is how many ids one call of a settle sweep reads.
+const settlePage = 500
+
+// Settle sweeps every message of every shard below the high-water mark,
+// a page of ids at a time, when the layout records another M than the
+// current one. If every message is in the shard the current M puts it in,
+// it has the layout forget the other Ms (shard.Store.SettleLayout), so
+// producers stop looking for ids in those Ms' shards. The sweep stops at
+// the first message in another shard: those leave as they fall due, and a
+// later sweep tries again. It reports whether the layout is settled (one
+// M). The sweep reads ids only, about settlePage per Redis call.
+func (l *Layout) Settle(ctx context.Context) (bool, error) {
+	m, err := l.ShardCount()
+	if err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	used := l.used
+	l.mu.Unlock()
+	if len(used) == 0 || len(used) == 1 && used[0] == m {
+		return true, nil
+	}
+	start, err := l.store.RedisNow(ctx)
+	if err != nil {
+		return false, err
+	}
+	hw, err := l.HighWater()
+	if err != nil {
+		return false, err
+	}
+	for i := range hw {
+		cursor := "0"
+		for {
+			ids, next, err := l.store.ScanIDs(ctx, i, cursor, settlePage)
+			if err != nil {
+				return false, err
+			}
+			for _, id := range ids {
+				if shard.Of(id, m) != i {
+					l.log.Debug("messages written under an older M remain; producers keep looking for ids in its shards",
+						zap.Int("m", m), zap.Ints("used", used), zap.Int("shard", i))
+					return false, nil
+				}
+			}
+			if next == "0" {
+				break
+			}
+			cursor = next
+		}
+	}
+	ok, err := l.store.SettleLayout(ctx, m, start)
+	if err != nil || !ok {
+		return false, err
+	}
+	l.mu.Lock()
+	l.used = []int{m}
+	l.mu.Unlock()
+	l.log.Info("every message is in the shard M puts it in; producers stop looking in older shard layouts",
+		zap.Int("m", m), zap.Ints("forgot", used))
+	return true, nil
 }
 
 // Describe is what `delayq shards` prints.

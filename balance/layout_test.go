@@ -115,3 +115,53 @@ func TestLayoutFallbacks(t *testing.T) {
 		}
 	}
 }
+
+// TestLayoutSettlesOnceOldMessagesLeave: after M goes 4 -> 8, the layout
+// records both Ms (producers look for ids in both layouts' shards); a
+// draining Layout's sweep forgets M=4 only once no message written under
+// it is left where M=8 would not put it, and once no producer pins it.
+func TestLayoutSettlesOnceOldMessagesLeave(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	rdb := srv.Client(t)
+	st, _ := shard.NewStore(rdb, shardtest.Namespace(t))
+	prod4 := shard.NewProducer(st, balance.Static(4), shard.ProducerOptions{Pin: 50 * time.Millisecond})
+	var misplaced []string
+	for i := 0; len(misplaced) < 3; i++ {
+		id := "s-" + itoa(i)
+		if _, err := prod4.Enqueue(t.Context(), shard.Message{ID: id, Topic: "t", Delay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if shard.Of(id, 4) != shard.Of(id, 8) {
+			misplaced = append(misplaced, id)
+		}
+	}
+	var k knob
+	k.m.Store(8)
+	l := balance.NewLayout(&k, st, balance.LayoutOptions{Drain: true, Refresh: 10 * time.Millisecond,
+		SettleEvery: 10 * time.Millisecond, Log: zaptest.NewLogger(t)})
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Stop)
+	used := func() []int { lay, _ := st.ReadLayout(t.Context()); return lay.Used }
+	if u := used(); len(u) != 2 {
+		t.Fatalf("used Ms %v, want [4 8]", u)
+	}
+	// While messages of M=4 sit where M=8 would not put them, it stays.
+	prod8 := shard.NewProducer(st, l, shard.ProducerOptions{})
+	shardtest.WaitFor(t, 5*time.Second, func() bool { ok, err := l.Settle(t.Context()); return err == nil && !ok }, nil)
+	if u := used(); len(u) != 2 {
+		t.Fatalf("settled with messages of M=4 left: used %v", u)
+	}
+	if _, err := prod8.Enqueue(t.Context(), shard.Message{ID: misplaced[0], Topic: "t"}); err == nil {
+		t.Fatalf("enqueue of %s, scheduled under M=4, succeeded under M=8", misplaced[0])
+	}
+	for _, id := range misplaced {
+		if err := prod8.Cancel(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shardtest.WaitFor(t, 10*time.Second, func() bool { u := used(); return len(u) == 1 && u[0] == 8 },
+		func() string { return "used Ms stay " + itoa(len(used())) })
+}

@@ -82,6 +82,32 @@ func parseLayout(v []any) (Layout, error) {
 	return l, nil
 }
 
+// ScanIDs returns a page of the ids of every message of shard i
+// (scheduled, in flight or dead), about count of them, and the cursor of
+// the next page; next "0" ends the scan. Start with cursor "0".
+func (s *Store) ScanIDs(ctx context.Context, i int, cursor string, count int) (ids []string, next string, err error) {
+	v, err := scanIDsScript.Run(ctx, s.rdb, []string{ShardKeys(s.ns, i).Msg}, cursor, count).StringSlice()
+	if err != nil {
+		return nil, cursor, fmt.Errorf("scan ids of shard %d: %w", i, err)
+	}
+	if len(v) == 0 {
+		return nil, cursor, fmt.Errorf("scan ids of shard %d: empty reply", i)
+	}
+	return v[1:], v[0], nil
+}
+
+// SettleLayout forgets every M but m (Layout.Used), after a sweep that
+// started at startMs (Redis clock) found every message in shard Of(id, m).
+// It reports false, changing nothing, when another M was recorded or
+// pinned at or after startMs: sweep again.
+func (s *Store) SettleLayout(ctx context.Context, m int, startMs int64) (bool, error) {
+	n, err := settleLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, m, startMs).Int()
+	if err != nil {
+		return false, fmt.Errorf("settle layout at M %d: %w", m, err)
+	}
+	return n == 1, nil
+}
+
 // ErrPinned: SetHighWater would lower the mark below an M that a producer
 // pinned (PinLayout) and may still write under.
 var ErrPinned = errors.New("a producer pinned a larger shard count")

@@ -66,8 +66,11 @@ type ProducerOptions struct {
 // put the id in the same shard, they cost no extra round trip. The look-up
 // and the write are two steps: two producers that enqueue the same id at
 // the same moment under different M can both succeed (the consumer's
-// dedupe on message_id catches that rare copy). Ms used before the layout
-// recorded them (delayq before 0.x) are not known.
+// dedupe on message_id catches that rare copy). Once every message is in
+// the shard the current M puts it in, the scanners' sweep has the layout
+// forget the older Ms (balance.Layout.Settle), and the look-up stops. Ms
+// used before the layout recorded them (older delayq versions) are not
+// known.
 type Producer struct {
 	store      *Store
 	shards     ShardCounter

@@ -431,15 +431,16 @@ return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCOUNT', KEYS[1], '-inf',
 // mirror fields m and m_index are set. A pin is the field "pin:<M>" = its
 // expiry (unix ms): a producer pins the M it writes under, and renews the
 // pin while it writes, so no scanner lowers the mark below a shard it may
-// write to (setHighWaterScript). The field "used:<M>" records that
-// messages may have been written under M: an id can be in shard Of(id, M)
-// of any used M (until settleLayoutScript finds none is left elsewhere).
+// write to (setHighWaterScript). The field "used:<M>" = the last time M
+// was recorded (unix ms) says that messages may have been written under
+// M: an id can be in shard Of(id, M) of any used M, until
+// settleLayoutScript finds every message where the current M puts it.
 // Returns {hwm, maxever, m, m_index, used M, ...}.
 // Complexity: O(F) for the F fields of the layout (a handful).
 var raiseLayoutScript = redis.NewScript(nowMs + layoutUsed + `
 local m = tonumber(ARGV[1])
 if tonumber(ARGV[3]) > 0 then redis.call('HSET', KEYS[1], 'pin:' .. m, now + tonumber(ARGV[3])) end
-redis.call('HSETNX', KEYS[1], 'used:' .. m, 1)
+redis.call('HSET', KEYS[1], 'used:' .. m, now)
 local f = redis.call('HMGET', KEYS[1], 'hwm', 'maxever', 'm', 'm_index')
 local hwm, maxever = tonumber(f[1] or '0'), tonumber(f[2] or '0')
 local mm, mi = tonumber(f[3] or '0'), tonumber(f[4] or '0')
@@ -465,6 +466,52 @@ local function used_ms(key)
 end
 `
 
+// settleLayoutScript forgets the Ms other than the current one, once a
+// sweep found every message in the shard the current M puts it in.
+//
+//	KEYS[1] layout HASH
+//	ARGV[1] the current M   ARGV[2] when the sweep started (unix ms, Redis clock)
+//
+// Refused (nothing changes) when another M was recorded, or a pin of
+// another M was still valid, at or after the sweep's start: a producer may
+// have written under that M while the sweep ran. Every producer pins its M
+// before it writes, so that is the only way a message can have been placed
+// by another M without the sweep seeing it. Expired pins of other Ms are
+// deleted with the used fields.
+// Returns 1 when settled (only the current M is left), 0 when refused.
+// Complexity: O(F) for the F fields of the layout (a handful).
+var settleLayoutScript = redis.NewScript(`
+local m, start = ARGV[1], tonumber(ARGV[2])
+local f = redis.call('HGETALL', KEYS[1])
+local drop = {}
+for j = 1, #f, 2 do
+  local kind, u = string.match(f[j], '^(%a+):(%d+)$')
+  if (kind == 'used' or kind == 'pin') and u ~= m then
+    if tonumber(f[j + 1]) >= start then return 0 end
+    drop[#drop + 1] = f[j]
+  end
+end
+if #drop > 0 then redis.call('HDEL', KEYS[1], unpack(drop)) end
+return 1
+`)
+
+// scanIDsScript returns the ids of a shard's msg hash, a page at a time
+// (HSCAN), without their envelopes: a sweep of every message costs the
+// ids' bytes, not the bodies'.
+//
+//	KEYS[1] msg HASH
+//	ARGV[1] HSCAN cursor ("0" to start)   ARGV[2] COUNT hint
+//
+// Returns {next cursor, id, ...}; next cursor "0" ends the scan. Every id
+// present for the whole scan is returned at least once (HSCAN's promise).
+// Complexity: O(COUNT) per call.
+var scanIDsScript = redis.NewScript(`
+local r = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local out = {r[1]}
+for j = 1, #r[2], 2 do out[#out + 1] = r[2][j] end
+return out
+`)
+
 // readLayoutScript reads the layout.
 //
 //	KEYS[1] layout HASH
@@ -485,7 +532,8 @@ return out
 //	ARGV[1] expected hwm   ARGV[2] new hwm
 //
 // A new hwm below an M that a producer pinned, and whose pin has not
-// expired, is refused; expired pins are deleted.
+// expired, is refused. Expired pins stay (settleLayoutScript reads them,
+// and deletes those of other Ms).
 // Returns 1 when hwm was ARGV[1] and is now ARGV[2], 0 when hwm was not
 // ARGV[1], -1 when a pin refused it. Complexity: O(P) for P pinned Ms (a
 // handful: one per M producers use).
@@ -497,10 +545,7 @@ local f = redis.call('HGETALL', KEYS[1])
 local pinned = 0
 for j = 1, #f, 2 do
   local pm = string.match(f[j], '^pin:(%d+)$')
-  if pm then
-    if tonumber(f[j + 1]) <= now then redis.call('HDEL', KEYS[1], f[j])
-    elseif tonumber(pm) > pinned then pinned = tonumber(pm) end
-  end
+  if pm and tonumber(f[j + 1]) > now and tonumber(pm) > pinned then pinned = tonumber(pm) end
 end
 if new < pinned then return -1 end
 redis.call('HSET', KEYS[1], 'hwm', new)
@@ -640,5 +685,5 @@ return out
 var allScripts = []*redis.Script{
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
-	redriveScript, purgeScript, retryScript, listScript, cancelManyScript,
+	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 }

@@ -1023,9 +1023,7 @@ func TestPinKeepsTheMarkUp(t *testing.T) {
 		}
 		return ok
 	}, nil)
-	if n, _ := b.rdb.HExists(b.ctx, shard.LayoutKey(b.store.Namespace()), "pin:16").Result(); n {
-		t.Errorf("layout keeps the expired pin of 16")
-	}
+
 }
 
 // TestStaticProducerIsCovered: a producer given a larger M than the
