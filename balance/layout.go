@@ -48,7 +48,7 @@ type LayoutOptions struct {
 	// are, it forgets the other Ms, and producers stop looking for ids in
 	// the shards of those Ms. Default 1m.
 	SettleEvery time.Duration
-	Log   *zap.Logger
+	Log         *zap.Logger
 }
 
 // Layout is the Source scanners and producers use: M from a Counter, and
