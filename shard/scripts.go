@@ -236,9 +236,18 @@ if n > 0 then
   local metas = redis.call('HMGET', KEYS[4], unpack(ids))
   local upd = {}
   for i = 1, n do
-    local a, s, rf = meta_of(metas[i])
-    s = s or tonumber(first[2 * i])
-    upd[2 * i - 1], upd[2 * i] = ids[i], meta(a, s, rf)
+    -- The usual case, a first delivery, has no attempts entry: its
+    -- scheduled time is the score, written as Redis gave it (an integer
+    -- below 2^53 prints without exponent), with no parsing or formatting.
+    local a, s, rf = 0, nil, 0
+    if metas[i] then a, s, rf = meta_of(metas[i]) end
+    upd[2 * i - 1] = ids[i]
+    if s then
+      upd[2 * i] = meta(a, s, rf)
+    else
+      s = tonumber(first[2 * i])
+      upd[2 * i] = a .. ':' .. first[2 * i]
+    end
     out[#out + 1] = ids[i]
     out[#out + 1] = deadline
     out[#out + 1] = s
