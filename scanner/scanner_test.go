@@ -390,13 +390,10 @@ func TestUndeliverableGoesDead(t *testing.T) {
 	}
 }
 
-// TestNackedMessageBacksOffThenDies: a queue that rejects every publish
-// (x-overflow reject-publish at length 0) makes the broker nack; the
-// message is retried with a growing delay, then dead-lettered with reason
-// "nacked" after MaxRefusals. A good message alongside is delivered.
-func TestNackedMessageBacksOffThenDies(t *testing.T) {
-	t.Parallel()
-	f := newFleet(t, 1, scanner.Config{Goroutines: 2, MaxRefusals: 4, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}, rabbit.URL)
+// boundQueue declares an exclusive queue "<ns>-<key>" with args, bound to
+// the fleet's exchange with routing key key, on a channel of its own.
+func (f *fleet) boundQueue(t *testing.T, key string, args amqp.Table) (*amqp.Channel, string) {
+	t.Helper()
 	conn, err := amqp.Dial(rabbit.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -406,13 +403,24 @@ func TestNackedMessageBacksOffThenDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := f.ns + "-full"
-	if _, err := ch.QueueDeclare(q, false, true, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+	q := f.ns + "-" + key
+	if _, err := ch.QueueDeclare(q, false, true, false, false, args); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.QueueBind(q, "full", f.exchange, false, nil); err != nil {
+	if err := ch.QueueBind(q, key, f.exchange, false, nil); err != nil {
 		t.Fatal(err)
 	}
+	return ch, q
+}
+
+// TestNackedMessageBacksOffThenDies: a queue that rejects every publish
+// (x-overflow reject-publish at length 0) makes the broker nack; the
+// message is retried with a growing delay, then dead-lettered with reason
+// "nacked" after MaxRefusals. A good message alongside is delivered.
+func TestNackedMessageBacksOffThenDies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, scanner.Config{Goroutines: 2, MaxRefusals: 4, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: time.Second}, rabbit.URL)
+	f.boundQueue(t, "full", amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
 	start := time.Now()
 	for _, m := range []shard.Message{{ID: "rejected", Exchange: f.exchange, RoutingKey: "full"}, {ID: "fine", Topic: "t"}} {
 		if _, err := f.prod.Enqueue(t.Context(), m); err != nil {
@@ -561,22 +569,7 @@ func privateBrokerFlow(t *testing.T, prefix string, n int, spacing time.Duration
 func TestSlowConsumer(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
-	conn, err := amqp.Dial(rabbit.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := f.ns + "-slow"
-	if _, err := ch.QueueDeclare(q, false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q, "slow", f.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	ch, q := f.boundQueue(t, "slow", nil)
 	if err := ch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}

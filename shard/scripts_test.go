@@ -262,10 +262,10 @@ func TestDuplicatesRefusedUpsertReplaces(t *testing.T) {
 	}
 }
 
-func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
-	b := setup(t, 1)
-	b.enqueue(t, "m", 0)
-	first := b.claimAll(t, 1, 50*time.Millisecond)[0]
+// claimAgain claims from shard 0 until it gets one message (a lease that
+// expires comes back) and returns it.
+func (b *bundle) claimAgain(t *testing.T) shard.Claimed {
+	t.Helper()
 	var again shard.Claimed
 	shardtest.WaitFor(t, 5*time.Second, func() bool {
 		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
@@ -274,10 +274,17 @@ func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
 		}
 		if len(r.Msgs) == 1 {
 			again = r.Msgs[0]
-			return true
 		}
-		return false
+		return len(r.Msgs) == 1
 	}, nil)
+	return again
+}
+
+func TestExpiredLeaseIsRedeliveredWithAttempt(t *testing.T) {
+	b := setup(t, 1)
+	b.enqueue(t, "m", 0)
+	first := b.claimAll(t, 1, 50*time.Millisecond)[0]
+	again := b.claimAgain(t)
 	if again.ID != "m" || again.Attempt != 2 || again.Token == first.Token {
 		t.Fatalf("redelivery %+v after %+v", again, first)
 	}
@@ -885,17 +892,7 @@ func TestRedeliveryKeepsScheduledTime(t *testing.T) {
 	if first.DueMs != s.Due.UnixMilli() {
 		t.Fatalf("first delivery due %d, scheduled %d", first.DueMs, s.Due.UnixMilli())
 	}
-	var again shard.Claimed
-	shardtest.WaitFor(t, 5*time.Second, func() bool {
-		r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Msgs) == 1 {
-			again = r.Msgs[0]
-		}
-		return len(r.Msgs) == 1
-	}, nil)
+	again := b.claimAgain(t)
 	if again.Attempt != 2 || again.DueMs != s.Due.UnixMilli() {
 		t.Fatalf("after an expired lease: attempt %d due %d, want attempt 2 due %d", again.Attempt, again.DueMs, s.Due.UnixMilli())
 	}

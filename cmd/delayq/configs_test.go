@@ -125,7 +125,9 @@ func TestGrafanaDashboardUsesRealMetrics(t *testing.T) {
 	}
 }
 
-func TestKubernetesManifests(t *testing.T) {
+// manifestKinds returns the documents of the Kubernetes manifest by kind.
+func manifestKinds(t *testing.T) map[string]map[string]any {
+	t.Helper()
 	b, err := os.ReadFile("../../configs/kubernetes/scanner.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -135,12 +137,16 @@ func TestKubernetesManifests(t *testing.T) {
 	for {
 		var doc map[string]any
 		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
+			return kinds
 		} else if err != nil {
 			t.Fatal(err)
 		}
 		kinds[doc["kind"].(string)] = doc
 	}
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	kinds := manifestKinds(t)
 	for _, k := range []string{"ConfigMap", "Secret", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler"} {
 		if kinds[k] == nil {
 			t.Errorf("no %s", k)

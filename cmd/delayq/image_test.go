@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"debug/elf"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // TestDockerfileBuildsWhatTheManifestRuns: the Dockerfile's own go build
@@ -64,26 +59,8 @@ func TestDockerfileBuildsWhatTheManifestRuns(t *testing.T) {
 	expose := regexp.MustCompile(`(?m)^EXPOSE (\d+)$`).FindStringSubmatch(df)
 
 	// The manifest.
-	m, err := os.ReadFile("../../configs/kubernetes/scanner.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(m))
-	var deploy, cm map[string]any
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		switch doc["kind"] {
-		case "Deployment":
-			deploy = doc
-		case "ConfigMap":
-			cm = doc
-		}
-	}
+	kinds := manifestKinds(t)
+	deploy, cm := kinds["Deployment"], kinds["ConfigMap"]
 	c := deploy["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 	script, err := os.ReadFile("../../scripts/image.sh")
 	if err != nil {
