@@ -18,13 +18,19 @@
 //     stayed the same for the grace period (30 s) and every shard in
 //     [M, mark) is empty (nothing scheduled, in flight or dead: dead
 //     messages in a retired shard keep it covered until purged or redriven).
-//   - A producer that learns a smaller M late may still write to a retired
-//     shard. Its own Layout raises the mark again within a refresh (2 s),
-//     and scanners also sweep every shard below the largest M ever recorded
-//     every 10 s and raise the mark over any message they find, so no
-//     message is stranded in a shard nobody scans.
+//   - Every shard.Producer pins the M it writes under (whatever its
+//     Counter: a Layout or a Static M) before it writes, and renews the pin
+//     while it writes; the mark never comes down below a pinned M. So a
+//     producer that learns a smaller M late, or is configured with a larger
+//     static M than the fleet's, still writes only to covered shards.
+//     Scanners also sweep every shard below the largest M ever recorded
+//     every 10 s and raise the mark over any message they find.
 //   - Cancel, reschedule and inspect look in the id's current shard first,
-//     then in every shard below the mark (shard.Producer).
+//     then in every shard below the mark; enqueue looks in the shards the
+//     other recorded Ms (shard.Layout.Used) put the id in (shard.Producer).
+//     A scanner's Layout sweeps the ids of every shard once a minute while
+//     more than one M is recorded, and has the layout forget the older Ms
+//     once every message is where the current M puts it (Settle).
 //
 // # When Consul is unreachable or wrong
 //
