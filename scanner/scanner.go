@@ -20,12 +20,6 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
-// Headers delayq adds to every published message.
-const (
-	HeaderDueMs   = "x-delayq-due-ms"  // int64: unix ms this delivery was due (Redis clock)
-	HeaderAttempt = "x-delayq-attempt" // int32: 1 on the first delivery
-)
-
 // Config tunes a Scanner. Zero fields take the documented defaults.
 type Config struct {
 	// Goroutines is the number of claim loops. Their claims go to Redis in
@@ -547,8 +541,8 @@ func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Mess
 	for _, kv := range env.Headers {
 		h[kv.Key] = kv.Value
 	}
-	h[HeaderDueMs] = c.DueMs
-	h[HeaderAttempt] = int32(c.Attempt)
+	h[shard.HeaderDueMs] = c.DueMs
+	h[shard.HeaderAttempt] = int32(c.Attempt)
 	return publisher.Message{
 		Exchange: dest.Exchange, RoutingKey: dest.RoutingKey, MessageID: c.ID,
 		ContentType: env.ContentType, Headers: h, Body: env.Body, Timestamp: s.d.Now(),

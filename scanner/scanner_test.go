@@ -153,8 +153,8 @@ func (f *fleet) consume(url string) {
 		for {
 			for msg := range d {
 				f.mu.Lock()
-				due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
-				att, _ := msg.Headers[scanner.HeaderAttempt].(int32)
+				due, _ := msg.Headers[shard.HeaderDueMs].(int64)
+				att, _ := msg.Headers[shard.HeaderAttempt].(int32)
 				f.got[msg.MessageId] = append(f.got[msg.MessageId], delivery{at: time.Now(), dueMs: due, attempt: att, body: string(msg.Body), raw: msg})
 				f.mu.Unlock()
 			}

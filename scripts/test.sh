@@ -2,7 +2,7 @@
 # Runs delayq's whole test suite against real servers:
 #   1. installs redis-server and rabbitmq-server if missing (scripts/install.sh)
 #      and builds Consul into ~/.cache/delayq once (scripts/install-consul.sh);
-#   2. go vet ./...;
+#   2. go vet ./... and staticcheck (a tool in go.mod: go tool staticcheck);
 #   3. go test -race -count=1 ./... -- each test package starts its own Redis,
 #      RabbitMQ and Consul on 127.0.0.1, free non-default ports, temporary
 #      directories, and stops them when it ends;
@@ -31,6 +31,8 @@ trap 'exit 130' INT TERM
 
 echo "== go vet ./..."
 go vet ./... || exit 1
+echo "== staticcheck ./..."
+go tool staticcheck ./... || exit 1
 
 echo "== go test -race -count=1 ./... (real Redis, RabbitMQ and Consul; full log on failure)"
 start=$(date +%s)

@@ -53,14 +53,26 @@ func TestScriptsOnCluster(t *testing.T) {
 	if _, err := sub.ReceiveMessage(ctx); err != nil {
 		t.Fatalf("no wake-up notice across the cluster: %v", err)
 	}
-	// Shards live on different masters.
+	// Shards live on different masters, as Store.ShardNodes says.
 	nodes := map[string]bool{}
+	all := make([]int, m)
+	for i := range m {
+		all[i] = i
+	}
+	said, err := st.ShardNodes(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range m {
 		slot, err := rdb.ClusterKeySlot(ctx, shard.ShardKeys("cluster", i).Due).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes[nodeOf(t, c, slot)] = true
+		node := nodeOf(t, c, slot)
+		nodes[node] = true
+		if said[i] != node {
+			t.Errorf("ShardNodes says shard %d is on %s; CLUSTER SHARDS says %s", i, said[i], node)
+		}
 	}
 	if len(nodes) != 3 {
 		t.Errorf("16 shards sit on %d of 3 masters", len(nodes))
@@ -105,13 +117,19 @@ func nodeOf(t *testing.T, c *shardtest.Cluster, slot int64) string {
 	t.Helper()
 	rdb := c.Client()
 	defer rdb.Close()
-	slots, err := rdb.ClusterSlots(context.Background()).Result()
+	shards, err := rdb.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			return s.Nodes[0].Addr
+	for _, s := range shards {
+		for _, r := range s.Slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, n := range s.Nodes {
+					if n.Role == "master" {
+						return fmt.Sprintf("%s:%d", n.IP, n.Port)
+					}
+				}
+			}
 		}
 	}
 	t.Fatalf("no node serves slot %d", slot)

@@ -82,6 +82,25 @@ func parseLayout(v []any) (Layout, error) {
 	return l, nil
 }
 
+// ShardNodes returns, for a Redis Cluster, the address of the master that
+// holds each of the shards, by shard index; nil for a single server. It
+// reads go-redis's cached slot map (refreshed when it is stale).
+func (s *Store) ShardNodes(ctx context.Context, shards []int) (map[int]string, error) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	out := make(map[int]string, len(shards))
+	for _, i := range shards {
+		node, err := cc.MasterForKey(ctx, ShardKeys(s.ns, i).Due)
+		if err != nil {
+			return nil, fmt.Errorf("node of shard %d: %w", i, err)
+		}
+		out[i] = node.Options().Addr
+	}
+	return out, nil
+}
+
 // ScanIDs returns a page of the ids of every message of shard i
 // (scheduled, in flight or dead), about count of them, and the cursor of
 // the next page; next "0" ends the scan. Start with cursor "0".

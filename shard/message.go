@@ -99,10 +99,19 @@ type Message struct {
 // MaxRetrySteps is the longest retry schedule accepted.
 const MaxRetrySteps = 32
 
-// Headers delayq sets on a message with a retry schedule.
+// The headers delayq sets on the messages it publishes, for consumers:
+// every x-delayq-* name is here (ReservedHeaderPrefix), importable without
+// the scanner or any AMQP code.
 const (
-	HeaderRetry     = "x-delayq-retry"      // the schedule, e.g. "15s,3m0s,10m0s"
-	HeaderRetryStep = "x-delayq-retry-step" // 0 for the original delivery, n for the n-th retry
+	// HeaderDueMs (int64): unix ms, by the Redis clock, the message was
+	// scheduled (or last rescheduled) for; a redelivery says the same time.
+	HeaderDueMs = "x-delayq-due-ms"
+	// HeaderAttempt (int32): 1 on the first delivery, more on a redelivery.
+	HeaderAttempt = "x-delayq-attempt"
+	// HeaderRetry: a retry schedule, e.g. "15s,3m0s,10m0s" (Message.Retry).
+	HeaderRetry = "x-delayq-retry"
+	// HeaderRetryStep: 0 for the original delivery, n for the n-th retry.
+	HeaderRetryStep = "x-delayq-retry-step"
 )
 
 // validateID checks a message id.

@@ -80,13 +80,14 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}
 	ks := ShardKeys(p.store.ns, i)
-	mode, arg := "delay", any(int64(0))
+	var mode string
+	var arg any
 	if step >= len(delays) { // exhausted: to the dead set, as delivered last
 		env.Headers = withRetryHeaders(env.Headers, sched, step)
 		mode, arg = "dead", fmt.Sprintf("retry schedule exhausted after %d retries: %s", len(delays), cause)
 	} else {
 		env.Headers = withRetryHeaders(env.Headers, sched, step+1)
-		arg = delays[step].Milliseconds()
+		mode, arg = "delay", delays[step].Milliseconds()
 	}
 	v, err := retryScript.Run(ctx, p.store.rdb,
 		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},

@@ -20,7 +20,6 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/publisher/publishertest"
-	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
@@ -358,7 +357,7 @@ func (b *bench) bareAMQP(ctx context.Context, channels, window, n int) (float64,
 				}
 				err := ch.PublishWithContext(ctx, exchange, ns, true, false, amqp.Publishing{
 					DeliveryMode: amqp.Persistent, MessageId: strconv.Itoa(i), Body: body,
-					Headers: amqp.Table{scanner.HeaderDueMs: int64(0), scanner.HeaderAttempt: int32(1)}})
+					Headers: amqp.Table{shard.HeaderDueMs: int64(0), shard.HeaderAttempt: int32(1)}})
 				if err != nil {
 					errs <- err
 					return
@@ -429,7 +428,7 @@ func (b *bench) consume(ctx context.Context, ns string, t *tally) (func(), error
 				continue
 			}
 			now := time.Now()
-			due, _ := m.Headers[scanner.HeaderDueMs].(int64)
+			due, _ := m.Headers[shard.HeaderDueMs].(int64)
 			t.mu.Lock()
 			if t.first.IsZero() {
 				t.first = now

@@ -32,7 +32,6 @@ import (
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
-	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
@@ -329,7 +328,7 @@ func watch(ctx context.Context, d <-chan amqp.Delivery, expect map[string]bool, 
 				return errors.New("consumer channel closed")
 			}
 			now := time.Now()
-			due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
+			due, _ := msg.Headers[shard.HeaderDueMs].(int64)
 			switch {
 			case !expect[msg.MessageId]:
 				unexpected++

@@ -20,7 +20,7 @@ import (
 
 	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
-	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -128,8 +128,8 @@ func (w *world) consumeFrom(url string) {
 	t.Cleanup(func() { _ = conn.Close(); wg.Wait() })
 	wg.Go(func() {
 		for msg := range d {
-			due, _ := msg.Headers[scanner.HeaderDueMs].(int64)
-			att, _ := msg.Headers[scanner.HeaderAttempt].(int32)
+			due, _ := msg.Headers[shard.HeaderDueMs].(int64)
+			att, _ := msg.Headers[shard.HeaderAttempt].(int32)
 			w.mu.Lock()
 			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att})
 			w.mu.Unlock()

@@ -966,38 +966,18 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	if nextMs >= 0 {
 		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
 	}
-	if cc, ok := st.Client().(*redis.ClusterClient); ok {
-		if err := nodesOf(ctx, cc, e.cfg.Namespace, v.Shards); err != nil {
-			return v, err
-		}
+	shards := make([]int, len(v.Shards))
+	for i, r := range v.Shards {
+		shards[i] = r.Shard
+	}
+	nodes, err := st.ShardNodes(ctx, shards)
+	if err != nil {
+		return v, err
+	}
+	for i := range v.Shards {
+		v.Shards[i].Node = nodes[v.Shards[i].Shard]
 	}
 	return v, nil
-}
-
-// nodesOf fills in which cluster master holds each shard.
-func nodesOf(ctx context.Context, cc *redis.ClusterClient, ns string, rows []shardView) error {
-	slots, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		return fmt.Errorf("cluster slots: %w", err)
-	}
-	cmds := make([]*redis.IntCmd, len(rows))
-	if _, err := cc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rows {
-			cmds[i] = p.ClusterKeySlot(ctx, shard.ShardKeys(ns, r.Shard).Due)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("cluster keyslot: %w", err)
-	}
-	for i := range rows {
-		slot := int(cmds[i].Val())
-		for _, s := range slots {
-			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-				rows[i].Node = s.Nodes[0].Addr
-			}
-		}
-	}
-	return nil
 }
 
 func printStats(e *env, v statsView) {
