@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/balance"
@@ -238,10 +237,9 @@ func (s *Scanner) Start(ctx context.Context) error {
 	if err := s.d.Store.Load(ctx); err != nil {
 		return err
 	}
-	sub := s.d.Store.Client().Subscribe(ctx, shard.WakeChannel(s.d.Store.Namespace()))
-	if _, err := sub.Receive(ctx); err != nil {
-		_ = sub.Close()
-		return fmt.Errorf("subscribe to wake-up notices: %w", err)
+	sub, err := s.d.Store.Notices(ctx)
+	if err != nil {
+		return err
 	}
 	s.started = true
 	subCtx, stopSub := context.WithCancel(context.Background())
@@ -318,26 +316,20 @@ func (s *Scanner) Stop(ctx context.Context) error {
 	return err
 }
 
-// listen feeds wake-up notices to the board until ctx ends. go-redis
-// resubscribes by itself after a reconnect; a notice lost meanwhile makes a
-// message late by at most the time the idle patrol needs to reach its shard.
-func (s *Scanner) listen(ctx context.Context, sub *redis.PubSub) {
+// listen feeds wake-up notices to the board until ctx ends. A notice lost
+// while Redis reconnects makes a message late by at most the time the idle
+// patrol needs to reach its shard.
+func (s *Scanner) listen(ctx context.Context, sub *shard.Notices) {
 	defer sub.Close()
-	ch := sub.Channel()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			i, due, err := shard.ParseNotice(m.Payload)
-			if err != nil {
-				s.errLog.warn("bad wake-up notice", err)
-				continue
-			}
-			s.board.notice(i, due)
+		n, err := sub.Next(ctx)
+		switch {
+		case errors.Is(err, shard.ErrBadNotice):
+			s.errLog.warn("bad wake-up notice", err)
+		case err != nil:
+			return // stopping
+		default:
+			s.board.notice(n.Shard, n.DueMs)
 		}
 	}
 }

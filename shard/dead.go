@@ -83,7 +83,7 @@ func (s *Store) RedisNow(ctx context.Context) (int64, error) {
 // when the id is not dead there.
 func (s *Store) Redrive(ctx context.Context, i int, id string) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := redriveScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Due, ks.Attempts}, id, s.wake, i).Int()
+	n, err := s.run1(ctx, redriveScript, []string{ks.Dead, ks.Reason, ks.Due, ks.Attempts}, id, s.wake, i).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redrive %q in shard %d: %w", id, i, err)
@@ -97,7 +97,7 @@ func (s *Store) Redrive(ctx context.Context, i int, id string) error {
 // id is not dead there.
 func (s *Store) Purge(ctx context.Context, i int, id string) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := purgeScript.Run(ctx, s.rdb, []string{ks.Dead, ks.Reason, ks.Msg, ks.Attempts}, id).Int()
+	n, err := s.run1(ctx, purgeScript, []string{ks.Dead, ks.Reason, ks.Msg, ks.Attempts}, id).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("purge %q in shard %d: %w", id, i, err)

@@ -50,7 +50,7 @@ func (s *Store) raiseLayout(ctx context.Context, m int, index uint64, pinMs int6
 	if m < 1 {
 		return Layout{}, fmt.Errorf("record layout: shard count %d < 1", m)
 	}
-	v, err := raiseLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, m, index, pinMs).Slice()
+	v, err := s.run1(ctx, raiseLayoutScript, []string{LayoutKey(s.ns)}, m, index, pinMs).Slice()
 	if err != nil {
 		return Layout{}, fmt.Errorf("record layout: %w", err)
 	}
@@ -59,7 +59,7 @@ func (s *Store) raiseLayout(ctx context.Context, m int, index uint64, pinMs int6
 
 // ReadLayout returns the recorded layout (all zero when none was recorded).
 func (s *Store) ReadLayout(ctx context.Context) (Layout, error) {
-	v, err := readLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}).Slice()
+	v, err := s.run1(ctx, readLayoutScript, []string{LayoutKey(s.ns)}).Slice()
 	if err != nil {
 		return Layout{}, fmt.Errorf("read layout: %w", err)
 	}
@@ -105,7 +105,7 @@ func (s *Store) ShardNodes(ctx context.Context, shards []int) (map[int]string, e
 // (scheduled, in flight or dead), about count of them, and the cursor of
 // the next page; next "0" ends the scan. Start with cursor "0".
 func (s *Store) ScanIDs(ctx context.Context, i int, cursor string, count int) (ids []string, next string, err error) {
-	v, err := scanIDsScript.Run(ctx, s.rdb, []string{ShardKeys(s.ns, i).Msg}, cursor, count).StringSlice()
+	v, err := s.run1(ctx, scanIDsScript, []string{ShardKeys(s.ns, i).Msg}, cursor, count).StringSlice()
 	if err != nil {
 		return nil, cursor, fmt.Errorf("scan ids of shard %d: %w", i, err)
 	}
@@ -120,7 +120,7 @@ func (s *Store) ScanIDs(ctx context.Context, i int, cursor string, count int) (i
 // It reports false, changing nothing, when another M was recorded or
 // pinned at or after startMs: sweep again.
 func (s *Store) SettleLayout(ctx context.Context, m int, startMs int64) (bool, error) {
-	n, err := settleLayoutScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, m, startMs).Int()
+	n, err := s.run1(ctx, settleLayoutScript, []string{LayoutKey(s.ns)}, m, startMs).Int()
 	if err != nil {
 		return false, fmt.Errorf("settle layout at M %d: %w", m, err)
 	}
@@ -135,7 +135,7 @@ var ErrPinned = errors.New("a producer pinned a larger shard count")
 // old; it reports whether it did. Lowering it below a pinned M fails with
 // ErrPinned.
 func (s *Store) SetHighWater(ctx context.Context, old, new int) (bool, error) {
-	n, err := setHighWaterScript.Run(ctx, s.rdb, []string{LayoutKey(s.ns)}, old, new).Int()
+	n, err := s.run1(ctx, setHighWaterScript, []string{LayoutKey(s.ns)}, old, new).Int()
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("set high-water mark %d -> %d: %w", old, new, err)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Listed is one scheduled message, as List shows it.
@@ -41,7 +39,7 @@ func (s *Store) List(ctx context.Context, i int, after ListCursor, n int) (page 
 		return nil, after, false, fmt.Errorf("list shard %d: page size %d: want 1 to %d", i, n, maxListPage)
 	}
 	ks := ShardKeys(s.ns, i)
-	v, err := listScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Attempts}, after.ID, after.DueMs, n).Slice()
+	v, err := s.run1(ctx, listScript, []string{ks.Due, ks.Msg, ks.Attempts}, after.ID, after.DueMs, n).Slice()
 	if err != nil {
 		return nil, after, false, fmt.Errorf("list shard %d: %w", i, err)
 	}
@@ -84,29 +82,15 @@ func (s *Store) CancelMany(ctx context.Context, i int, ids []string) (errs []err
 	errs = make([]error, len(ids))
 	ks := ShardKeys(s.ns, i)
 	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
-	run := func() ([]*redis.Cmd, error) {
-		var cmds []*redis.Cmd
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for lo := 0; lo < len(ids); lo += maxCancelMany {
-				args := make([]any, 0, maxCancelMany)
-				for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
-					args = append(args, id)
-				}
-				cmds = append(cmds, cancelManyScript.EvalSha(ctx, p, keys, args...))
-			}
-			return nil
-		})
-		return cmds, err
-	}
-	cmds, err := run()
-	if isNoScript(err) { // Redis forgot the scripts: none ran; load them and run again
-		if err = s.Load(ctx); err == nil {
-			cmds, err = run()
+	var calls []call
+	for lo := 0; lo < len(ids); lo += maxCancelMany {
+		args := make([]any, 0, maxCancelMany)
+		for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
+			args = append(args, id)
 		}
+		calls = append(calls, call{cancelManyScript, keys, args})
 	}
-	if err != nil {
-		return errs, fmt.Errorf("cancel %d messages of shard %d: %w", len(ids), i, err)
-	}
+	cmds := s.run(ctx, calls...)
 	for c, cmd := range cmds {
 		st, err := cmd.Int64Slice()
 		if err != nil {

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ShardCounter tells producers how many shards to write to. balance
@@ -200,7 +198,7 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 		}
 	}
 	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
-	due, err := enqueueStatus(enqueueScript.Run(ctx, p.store.rdb, keys, args...).Slice())
+	due, err := enqueueStatus(p.store.run1(ctx, enqueueScript, keys, args...).Slice())
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -280,58 +278,35 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			return res, p.failAll(res, todo, err)
 		}
 	}
-	// Two passes at most: the second loads the scripts and reruns the
-	// calls refused with NOSCRIPT (Redis restarted and lost its script
-	// cache), which did not run.
 	chunks := p.chunks(msgs, preps, todo)
-	for pass := 0; pass < 2 && len(chunks) > 0; pass++ {
-		if pass > 0 { // the retry pass: Redis forgot the scripts (restart, SCRIPT FLUSH)
-			if err := p.store.Load(ctx); err != nil {
-				return res, p.failAll(res, flatten(chunks), err)
-			}
-		}
-		cmds := make([]*redis.Cmd, len(chunks))
-		// Pipelined's own error is the first command's error; each command
-		// is looked at below instead.
-		_, _ = p.store.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			for c, chunk := range chunks {
-				keys, args := p.store.enqueueManyArgs(msgs, preps, chunk, upsert)
-				cmds[c] = enqueueManyScript.EvalSha(ctx, pl, keys, args...)
-			}
-			return nil
-		})
-		var retry [][]int
-		for c, chunk := range chunks {
-			v, err := cmds[c].Slice()
-			if isNoScript(err) {
-				retry = append(retry, chunk)
-				continue
-			}
-			if err == nil && len(v) != 2*len(chunk) {
-				err = fmt.Errorf("enqueue reply of %d fields for %d messages", len(v), len(chunk))
-			}
-			if err != nil { // Redis or network failure: not the messages' fault
-				for _, i := range chunk {
-					res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
-				}
-				if batchErr == nil {
-					batchErr = fmt.Errorf("enqueue batch: %w", err)
-				}
-				continue
-			}
-			for j, i := range chunk {
-				due, err := enqueueStatus(v[2*j:2*j+2], nil)
-				if err != nil {
-					res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
-					continue
-				}
-				res[i].Due = time.UnixMilli(due)
-			}
-		}
-		chunks = retry
+	calls := make([]call, len(chunks))
+	for c, chunk := range chunks {
+		keys, args := p.store.enqueueManyArgs(msgs, preps, chunk, upsert)
+		calls[c] = call{enqueueManyScript, keys, args}
 	}
-	if len(chunks) > 0 {
-		return res, p.failAll(res, flatten(chunks), errors.New("scripts missing from Redis after reload (NOSCRIPT)"))
+	for c, cmd := range p.store.run(ctx, calls...) {
+		chunk := chunks[c]
+		v, err := cmd.Slice()
+		if err == nil && len(v) != 2*len(chunk) {
+			err = fmt.Errorf("enqueue reply of %d fields for %d messages", len(v), len(chunk))
+		}
+		if err != nil { // Redis or network failure: not the messages' fault
+			for _, i := range chunk {
+				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+			}
+			if batchErr == nil {
+				batchErr = fmt.Errorf("enqueue batch: %w", err)
+			}
+			continue
+		}
+		for j, i := range chunk {
+			due, err := enqueueStatus(v[2*j:2*j+2], nil)
+			if err != nil {
+				res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
+				continue
+			}
+			res[i].Due = time.UnixMilli(due)
+		}
 	}
 	return res, batchErr
 }
@@ -393,14 +368,6 @@ func (p *Producer) chunks(msgs []Message, preps []prepared, todo []int) [][]int 
 		size[sh] += n
 	}
 	return out
-}
-
-func flatten(chunks [][]int) []int {
-	var all []int
-	for _, c := range chunks {
-		all = append(all, c...)
-	}
-	return all
 }
 
 func (p *Producer) failAll(res []BatchResult, todo []int, err error) error {

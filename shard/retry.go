@@ -89,7 +89,7 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 		env.Headers = withRetryHeaders(env.Headers, sched, step+1)
 		mode, arg = "delay", delays[step].Milliseconds()
 	}
-	v, err := retryScript.Run(ctx, p.store.rdb,
+	v, err := p.store.run1(ctx, retryScript,
 		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
 		d.MessageID, AppendEnvelope(nil, &env), mode, arg, p.store.wake, i).Slice()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,20 +41,6 @@ func ValidateNamespace(ns string) error {
 
 // Namespace returns the store's namespace.
 func (s *Store) Namespace() string { return s.ns }
-
-// Client returns the Redis client the store uses.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
-
-// Load loads every script into Redis's script cache so that pipelines can
-// use EVALSHA. Single calls fall back to EVAL by themselves.
-func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range allScripts {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("load scripts: %w", err)
-		}
-	}
-	return nil
-}
 
 // Lease identifies one claim of a message: ack, release and dead-letter act
 // only while the lease with this token is still held.
@@ -110,13 +95,8 @@ func (s *Store) Claim(ctx context.Context, i, k int, lease time.Duration) (Claim
 	if k < 1 {
 		return ClaimResult{}, fmt.Errorf("claim shard %d: batch size %d < 1", i, k)
 	}
-	ks := ShardKeys(s.ns, i)
-	v, err := claimScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts},
-		k, lease.Milliseconds(), MaxReap).Slice()
-	if err != nil {
-		return ClaimResult{}, fmt.Errorf("claim shard %d: %w", i, err)
-	}
-	return parseClaim(i, v)
+	res, errs := s.ClaimShards(ctx, []int{i}, k, lease)
+	return res[0], errs[0]
 }
 
 // ClaimShards runs one claim (as Claim) on each shard of shards, all in
@@ -133,40 +113,18 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 		}
 		return res, errs
 	}
-	todo := make([]int, len(shards)) // positions in shards still to run
-	for j := range todo {
-		todo[j] = j
+	calls := make([]call, len(shards))
+	for j, i := range shards {
+		ks := ShardKeys(s.ns, i)
+		calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap}}
 	}
-	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
-		cmds := make([]*redis.Cmd, len(todo))
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for n, j := range todo {
-				ks := ShardKeys(s.ns, shards[j])
-				cmds[n] = claimScript.EvalSha(ctx, p, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, k, lease.Milliseconds(), MaxReap)
-			}
-			return nil
-		})
-		var again []int
-		for n, j := range todo {
-			v, err := cmds[n].Slice()
-			switch {
-			case isNoScript(err) && attempt == 0:
-				again = append(again, j)
-			case err != nil:
-				errs[j] = fmt.Errorf("claim shard %d: %w", shards[j], err)
-			default:
-				res[j], errs[j] = parseClaim(shards[j], v)
-			}
+	for j, c := range s.run(ctx, calls...) {
+		v, err := c.Slice()
+		if err != nil {
+			errs[j] = fmt.Errorf("claim shard %d: %w", shards[j], err)
+			continue
 		}
-		if len(again) > 0 {
-			if err := s.Load(ctx); err != nil { // Redis restarted and forgot the scripts
-				for _, j := range again {
-					errs[j] = err
-				}
-				return res, errs
-			}
-		}
-		todo = again
+		res[j], errs[j] = parseClaim(shards[j], v)
 	}
 	return res, errs
 }
@@ -200,19 +158,7 @@ func parseClaim(i int, v []any) (ClaimResult, error) {
 // Ack ends the life of confirmed messages of shard i and returns how many
 // were still leased by the caller (the others will be delivered again).
 func (s *Store) Ack(ctx context.Context, i int, leases ...Lease) (int, error) {
-	if len(leases) == 0 {
-		return 0, nil
-	}
-	ks := ShardKeys(s.ns, i)
-	args := make([]any, 0, 2*len(leases))
-	for _, l := range leases {
-		args = append(args, l.ID, l.Token)
-	}
-	n, err := ackScript.Run(ctx, s.rdb, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("ack %d messages of shard %d: %w", len(leases), i, err)
-	}
-	return n, nil
+	return s.AckShards(ctx, map[int][]Lease{i: leases})
 }
 
 // MaxAckBatch is the most leases one ack script call settles, so that no
@@ -224,56 +170,41 @@ const MaxAckBatch = 64
 // how many were still held. On error, some may have been acked; the rest
 // will be delivered again.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, error) {
-	total := 0
-	type call struct {
+	type batch struct {
 		shard int
-		ls    []Lease
-		cmd   *redis.Cmd
+		n     int
 	}
-	for attempt := 0; attempt < 2; attempt++ {
-		var calls []call
-		for i, ls := range leases {
-			for len(ls) > 0 {
-				n := min(len(ls), MaxAckBatch)
-				calls = append(calls, call{shard: i, ls: ls[:n]})
-				ls = ls[n:]
+	var calls []call
+	var batches []batch
+	for i, ls := range leases {
+		ks := ShardKeys(s.ns, i)
+		for len(ls) > 0 {
+			n := min(len(ls), MaxAckBatch)
+			args := make([]any, 0, 2*n)
+			for _, l := range ls[:n] {
+				args = append(args, l.ID, l.Token)
 			}
+			calls = append(calls, call{ackScript, []string{ks.Msg, ks.Inflight, ks.Attempts}, args})
+			batches = append(batches, batch{i, n})
+			ls = ls[n:]
 		}
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j := range calls {
-				ks := ShardKeys(s.ns, calls[j].shard)
-				args := make([]any, 0, 2*len(calls[j].ls))
-				for _, l := range calls[j].ls {
-					args = append(args, l.ID, l.Token)
-				}
-				calls[j].cmd = ackScript.EvalSha(ctx, p, []string{ks.Msg, ks.Inflight, ks.Attempts}, args...)
-			}
-			return nil
-		})
-		retry := map[int][]Lease{}
-		var firstErr error
-		for _, c := range calls {
-			n, err := c.cmd.Int()
-			switch {
-			case isNoScript(err):
-				retry[c.shard] = append(retry[c.shard], c.ls...)
-			case err != nil:
-				if firstErr == nil {
-					firstErr = fmt.Errorf("ack %d messages of shard %d: %w", len(c.ls), c.shard, err)
-				}
-			default:
-				total += n
-			}
-		}
-		if len(retry) == 0 || attempt == 1 {
-			return total, firstErr
-		}
-		if err := s.Load(ctx); err != nil { // Redis restarted and forgot the scripts
-			return total, err
-		}
-		leases = retry
 	}
-	return total, nil
+	if len(calls) == 0 {
+		return 0, nil
+	}
+	total := 0
+	var firstErr error
+	for j, c := range s.run(ctx, calls...) {
+		n, err := c.Int()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("ack %d messages of shard %d: %w", batches[j].n, batches[j].shard, err)
+			}
+			continue
+		}
+		total += n
+	}
+	return total, firstErr
 }
 
 // Release gives a lease of shard i back after a publish failed in a way
@@ -309,7 +240,7 @@ func (s *Store) Refuse(ctx context.Context, i int, l Lease, delay time.Duration,
 
 func (s *Store) release(ctx context.Context, i int, l Lease, delay time.Duration, limit int, reason string) (ReleaseOutcome, error) {
 	ks := ShardKeys(s.ns, i)
-	n, err := releaseScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
+	n, err := s.run1(ctx, releaseScript, []string{ks.Due, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
 		l.ID, l.Token, delay.Milliseconds(), limit, reason, s.wake, i).Int()
 	if err != nil {
 		return LeaseLost, fmt.Errorf("release %q in shard %d: %w", l.ID, i, err)
@@ -321,7 +252,7 @@ func (s *Store) release(ctx context.Context, i int, l Lease, delay time.Duration
 // reason. It reports false if the lease was already lost.
 func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (bool, error) {
 	ks := ShardKeys(s.ns, i)
-	n, err := deadLetterScript.Run(ctx, s.rdb, []string{ks.Inflight, ks.Dead, ks.Reason},
+	n, err := s.run1(ctx, deadLetterScript, []string{ks.Inflight, ks.Dead, ks.Reason},
 		l.ID, l.Token, reason).Int()
 	if err != nil {
 		return false, fmt.Errorf("dead-letter %q in shard %d: %w", l.ID, i, err)
@@ -386,7 +317,7 @@ func enqueueStatus(v []any, err error) (int64, error) {
 // Cancel removes a scheduled message from shard i.
 func (s *Store) Cancel(ctx context.Context, i int, id string) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := cancelScript.Run(ctx, s.rdb, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, id).Int()
+	n, err := s.run1(ctx, cancelScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, id).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
@@ -402,7 +333,7 @@ func (s *Store) Cancel(ctx context.Context, i int, id string) error {
 // "delay" (ms after Redis TIME) or "at" (absolute unix ms).
 func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
 	ks := ShardKeys(s.ns, i)
-	v, err := rescheduleScript.Run(ctx, s.rdb, []string{ks.Due, ks.Inflight, ks.Attempts},
+	v, err := s.run1(ctx, rescheduleScript, []string{ks.Due, ks.Inflight, ks.Attempts},
 		id, mode, ms, s.wake, i).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
@@ -456,7 +387,7 @@ type Info struct {
 // Inspect reports the state of message id in shard i.
 func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 	ks := ShardKeys(s.ns, i)
-	v, err := inspectScript.Run(ctx, s.rdb,
+	v, err := s.run1(ctx, inspectScript,
 		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason}, id).Slice()
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
@@ -509,31 +440,20 @@ func (st Stats) OldestOverdue() time.Duration {
 
 // Stats counts shards [0, m) in one pipeline.
 func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
-	cmds := make([]*redis.Cmd, m)
-	run := func() error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range cmds {
-				ks := ShardKeys(s.ns, i)
-				cmds[i] = statsScript.EvalSha(ctx, p, []string{ks.Due, ks.Inflight, ks.Dead, ks.Counters})
-			}
-			return nil
-		})
-		return err
+	calls := make([]call, m)
+	for i := range calls {
+		ks := ShardKeys(s.ns, i)
+		calls[i] = call{statsScript, []string{ks.Due, ks.Inflight, ks.Dead, ks.Counters}, nil}
 	}
-	err := run()
-	if isNoScript(err) { // Redis forgot the scripts: load them, once, and run again
-		if err = s.Load(ctx); err == nil {
-			err = run()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("stats: %w", err)
-	}
+	cmds := s.run(ctx, calls...)
 	out := make([]Stats, m)
 	for i, c := range cmds {
 		v, err := c.Slice()
-		if err != nil || len(v) != 7 {
-			return nil, fmt.Errorf("stats of shard %d: unexpected reply %v: %w", i, v, err)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("stats of shard %d: %w", i, err)
+		case len(v) != 7:
+			return nil, fmt.Errorf("stats of shard %d: unexpected reply of %d fields", i, len(v))
 		}
 		r := reply{v: v, what: "stats reply"}
 		out[i] = Stats{Shard: i, NowMs: r.int(0), Scheduled: r.int(1), DueNow: r.int(2),
@@ -590,10 +510,4 @@ func (r *reply) optBytes(i int) []byte {
 	}
 	r.bad(i, "string or nil")
 	return nil
-}
-
-// isNoScript reports whether err is Redis's NOSCRIPT (script cache flushed,
-// e.g. after a restart): the command did not run and can be retried.
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
