@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,7 +138,8 @@ func (w *ConsulWatcher) watch(ctx context.Context, first chan<- error) {
 			// A restarted Consul starts its indexes over: a blocking query
 			// with the old index would wait its full time. Read afresh.
 			waitIndex = 0
-			sleepCtx(ctx, backoff)
+			// Half to all of the backoff: a fleet does not retry in lockstep.
+			sleepCtx(ctx, backoff/2+rand.N(backoff/2+1))
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"sync"
@@ -271,12 +272,13 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 				default:
 				}
 			}
+			wait := jitter(backoff)
 			p.log.Warn("AMQP connect failed; retrying", zap.String("url", Redact(p.opts.URL)),
-				zap.Int("attempt", attempt), zap.Duration("backoff", backoff), zap.Error(err))
+				zap.Int("attempt", attempt), zap.Duration("backoff", wait), zap.Error(err))
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
 			backoff = min(2*backoff, p.opts.MaxBackoff)
 			continue
@@ -448,7 +450,7 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
 				return
 			}
 			p.log.Warn("reopen AMQP channel failed", zap.Error(err))
-			time.Sleep(backoff)
+			time.Sleep(jitter(backoff))
 		}
 	}
 }
@@ -658,4 +660,10 @@ func (p *Publisher) ExchangeExists(ctx context.Context, name string) (bool, erro
 	p.exSeen[name] = time.Now()
 	p.exMu.Unlock()
 	return true, nil
+}
+
+// jitter spreads a backoff over [d/2, d), so that a fleet whose broker
+// went away does not reconnect in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
 }

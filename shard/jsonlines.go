@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -141,7 +142,7 @@ func ParseLine(raw []byte) (Message, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return Message{}, fmt.Errorf("invalid JSON: %w", err)
+		return Message{}, jsonError(err)
 	}
 	if dec.More() {
 		return Message{}, errors.New("invalid JSON: more than one value on the line")
@@ -190,4 +191,51 @@ func ParseLine(raw []byte) (Message, error) {
 // the producer's own.
 func mentionsReplacement(raw []byte) bool {
 	return bytes.ContainsRune(raw, utf8.RuneError) || bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`))
+}
+
+// jsonError says what is wrong with a line in the terms of the JSON Lines
+// format (field names and JSON kinds), not encoding/json's Go type names.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		want := "another kind of value"
+		switch te.Type.Kind() {
+		case reflect.Map:
+			want = "an object of strings"
+		case reflect.String:
+			want = "a string"
+		case reflect.Int64, reflect.Int:
+			want = "a whole number"
+		}
+		field := te.Field
+		if field == "headers" { // a value of the object that is not a string
+			want = "an object of strings"
+		}
+		if field == "" {
+			return fmt.Errorf("invalid JSON: want an object, got %s", article(te.Value))
+		}
+		return fmt.Errorf("%s: want %s, got %s", field, want, article(te.Value))
+	case errors.As(err, &se):
+		return fmt.Errorf("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return errors.New("invalid JSON: the object is not closed")
+	}
+	return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// article turns encoding/json's value kinds ("string", "number", ...)
+// into words.
+func article(kind string) string {
+	switch kind {
+	case "array", "object":
+		return "an " + kind
+	case "number", "string", "bool":
+		return "a " + kind
+	}
+	if n, ok := strings.CutPrefix(kind, "number "); ok {
+		return "the number " + n
+	}
+	return kind
 }

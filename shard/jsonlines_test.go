@@ -110,3 +110,24 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+// TestLineErrorsSpeakJSON: a line's error names the field and the JSON
+// kinds, never a Go type or struct name.
+func TestLineErrorsSpeakJSON(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"id":"a","topic":"t","delay_ms":1,"headers":"x"}`:     "headers: want an object of strings, got a string",
+		`{"id":"a","topic":"t","delay_ms":1,"headers":{"k":1}}`: "headers: want an object of strings, got a number",
+		`{"id":"a","topic":"t","delay_ms":"soon"}`:              "delay_ms: want a whole number, got a string",
+		`{"id":7,"topic":"t","delay_ms":1}`:                     "id: want a string, got a number",
+		`{"id":"a","topic":"t","delay_ms":1.5}`:                 "delay_ms: want a whole number, got the number 1.5",
+		`["a"]`:                                                 "want an object, got an array",
+		`{"id":"a",`:                                            "invalid JSON",
+		`{"id":"a","colour":"red"}`:                             `unknown field "colour"`,
+		`{"id" "a"}`:                                            "invalid JSON at byte",
+	} {
+		_, err := shard.ParseLine([]byte(line))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "jsonLine") {
+			t.Errorf("%s: error %v, want it to say %q and no Go names", line, err, want)
+		}
+	}
+}

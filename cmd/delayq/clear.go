@@ -13,6 +13,12 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
+func clearCommand() command {
+	return command{name: "clear", args: "--all [--dead] | --topic T | --prefix P [--yes]",
+		summary: "cancel scheduled messages in bulk, after a confirmation", run: runClear,
+		flags: func() *flag.FlagSet { fs, _ := newClearFlags(); return fs }}
+}
+
 // clearFlags are `delayq clear`'s flags.
 type clearFlags struct {
 	all, dead, yes bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -78,7 +79,7 @@ func loadConfig() (Config, error) {
 		}
 	}
 	if err := envconfig.Process(envPrefix, &c); err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
+		return c, configError(err)
 	}
 	for _, s := range []struct {
 		name, file string
@@ -243,6 +244,7 @@ func newLogger(c Config, w io.Writer) (*zap.Logger, error) {
 	var enc zapcore.Encoder
 	if c.LogFormat == "console" {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		encCfg.EncodeDuration = zapcore.StringDurationEncoder // "1.5s", not 1.5
 		enc = zapcore.NewConsoleEncoder(encCfg)
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
@@ -279,4 +281,25 @@ func pingRedis(ctx context.Context, rdb redis.UniversalClient, c Config) error {
 		return fmt.Errorf("redis %s: %w", strings.Join(c.RedisAddrs, ","), err)
 	}
 	return nil
+}
+
+// configError says which variable is wrong and what it should look like,
+// in place of envconfig's and strconv's messages (Go type and field names).
+func configError(err error) error {
+	var pe *envconfig.ParseError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	want := "a valid value"
+	switch pe.TypeName {
+	case "int", "int64", "uint", "uint64":
+		want = "a whole number"
+	case "bool":
+		want = "true or false"
+	case "time.Duration":
+		want = "a duration such as 30s, 5m or 1h30m"
+	case "[]string":
+		want = "a comma-separated list"
+	}
+	return fmt.Errorf("%s=%q: want %s", pe.KeyName, pe.Value, want)
 }

@@ -47,6 +47,7 @@ func metricNames(t *testing.T) map[string]bool {
 		}
 	}
 	names["delayq_amqp_ready"] = true
+	names["delayq_build_info"] = true
 	return names
 }
 

@@ -11,6 +11,12 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
+func deadCommand() command {
+	return command{name: "dead", args: "list [--limit N] [--json] | show ID | redrive ID...|--all | purge ID...|--all",
+		summary: "see why messages are dead; send them again or delete them", run: runDead,
+		flags: func() *flag.FlagSet { fs, _, _ := deadListFlags(); return fs }}
+}
+
 // runDead: delayq dead list [--limit N] [--json] | show ID | redrive ID...|--all | purge ID...|--all
 func runDead(ctx context.Context, e *env, args []string) int {
 	if len(args) == 0 {

@@ -517,6 +517,69 @@ func TestCommands(t *testing.T) {
 	}
 }
 
+// TestExitCodesAndHelp: 0 ok; 1 the operation failed or some input was
+// rejected; 2 a usage or configuration error, always with a message; help
+// for each command shows the flags it takes; version says the build.
+func TestExitCodesAndHelp(t *testing.T) {
+	w := newWorld(t, 4)
+	for _, c := range []struct {
+		code int
+		want string
+		env  string
+		args []string
+	}{
+		{2, "invalid delay", "", []string{"enqueue", "--id", "x", "--topic", "t", "--delay", "-5s"}},
+		{2, "there is no d", "", []string{"enqueue", "--id", "x", "--topic", "t", "--delay", "1d"}},
+		{2, "2030-01-01T09:00:00Z", "", []string{"enqueue", "--id", "x", "--topic", "t", "--at", "2030-01-01"}},
+		{2, "flag provided but not defined", "", []string{"enqueue", "--colour", "red"}},
+		{2, "see 'delayq help stats'", "", []string{"stats", "--colour"}},
+		{2, "--interval 0s: want more than 0", "", []string{"stats", "--watch", "--interval", "0s"}},
+		{2, "unknown command \"frobnicate\"; see 'delayq help'", "", []string{"frobnicate"}},
+		{2, `DELAYQ_SHARDS="abc": want a whole number`, "DELAYQ_SHARDS=abc", []string{"stats"}},
+		{2, `DELAYQ_LEASE="5x": want a duration`, "DELAYQ_LEASE=5x", []string{"stats"}},
+		{1, "is unknown", "", []string{"inspect", "nobody"}},
+		{1, "not found", "", []string{"cancel", "nobody"}},
+	} {
+		cmd := exec.Command(bin, c.args...)
+		cmd.Env = append(append([]string{}, w.env...), c.env)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%s %v: exit %d, stderr %q; want exit %d saying %q", c.env, c.args, code, errOut.String(), c.code, c.want)
+		}
+		if strings.Contains(errOut.String(), "Go struct") || strings.Contains(errOut.String(), "strconv.") || strings.Contains(errOut.String(), "envconfig") {
+			t.Errorf("%v: Go internals in %q", c.args, errOut.String())
+		}
+	}
+	// Help: per command, with the flags that command parses.
+	if out, _, code := w.delayq("", "help", "shards"); code != 0 || !strings.Contains(out, "-json") || strings.Contains(out, "-watch") {
+		t.Errorf("help shards (exit %d) should list --json and not stats' --watch:\n%s", code, out)
+	}
+	if out, _, code := w.delayq("", "stats", "-h"); code != 0 || !strings.Contains(out, "-watch") || !strings.Contains(out, "-interval") {
+		t.Errorf("stats -h (exit %d):\n%s", code, out)
+	}
+	if _, e, code := w.delayq("", "help", "nope"); code != 2 || !strings.Contains(e, "unknown command") {
+		t.Errorf("help nope: %d %q", code, e)
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		if out, _, code := w.delayq("", args...); code != 0 || !strings.HasPrefix(out, "delayq ") || !strings.Contains(out, "go1.") {
+			t.Errorf("%v: %d %q", args, code, out)
+		}
+	}
+	// inspect shows the attempt a consumer would see.
+	if _, e, code := w.delayq("", "enqueue", "--id", "h-1", "--topic", "t", "--delay", "1h"); code != 0 {
+		t.Fatal(e)
+	}
+	if out, _, code := w.delayq("", "inspect", "h-1"); code != 0 || !strings.Contains(out, "next attempt:  1") {
+		t.Errorf("inspect h-1: %d\n%s", code, out)
+	}
+}
+
 func TestBadConfigIsAClearError(t *testing.T) {
 	w := newWorld(t, 4)
 	for env, want := range map[string]string{

@@ -12,6 +12,12 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
+func listCommand() command {
+	return command{name: "list", args: "[--shard N] [--topic T] [--prefix P] [--limit N] [--after CURSOR] [--json]",
+		summary: "list scheduled messages, in due order per shard", run: runList,
+		flags: func() *flag.FlagSet { fs, _ := newListFlags(); return fs }}
+}
+
 // listFlags are `delayq list`'s flags.
 type listFlags struct {
 	shard         int

@@ -38,6 +38,11 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := scanner.NewMetrics(reg)
 	reg.MustRegister(scanner.NewShardCollector(st, layout))
+	b := readBuildInfo()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "delayq", Name: "build_info",
+		Help: "Always 1; the labels say which build runs."}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
+	reg.MustRegister(build)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "delayq", Name: "amqp_ready",
 		Help: "1 while connected to RabbitMQ and not blocked by a resource alarm."}, func() float64 {
 		if pub.Ready() {

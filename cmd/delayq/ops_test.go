@@ -77,6 +77,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		{"delayq_shards_high_water", "", 4},
 		{"delayq_shard_scheduled", `shard="` + strconv.Itoa(shardOf("later", 4)) + `"`, 1},
 		{"delayq_amqp_ready", "", 1},
+		{"delayq_build_info", `goversion="go`, 1},
 		{"go_goroutines", "", 1},
 	} {
 		if v, ok := metricValue(body, c.name, c.labels); !ok || v < c.min {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 
@@ -10,6 +11,11 @@ import (
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
 )
+
+func shardsCommand() command {
+	return command{name: "shards", args: "[--json] | set M", summary: "show M, its source and the high-water mark; set M in Consul",
+		run: runShards, flags: func() *flag.FlagSet { fs, _ := shardsFlags(); return fs }}
+}
 
 // shardsView is `delayq shards --json`.
 type shardsView struct {
@@ -56,7 +62,7 @@ func runShards(ctx context.Context, e *env, args []string) int {
 		}
 		return setShards(ctx, e, consul, args[1])
 	}
-	fs, asJSON := statsFlags()
+	fs, asJSON := shardsFlags()
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil {
 		return exitUsage
@@ -148,4 +154,9 @@ func (e *env) shardsToShow(ctx context.Context, st *shard.Store) (int, error) {
 		return 0, err
 	}
 	return max(m, lay.HighWater, 1), nil
+}
+
+func shardsFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
+	return fs, fs.Bool("json", false, "print JSON")
 }

@@ -6,16 +6,16 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/term"
 )
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+// isTerminal reports whether f (stdin, stdout or stderr) is a terminal:
+// one that answers the terminal ioctl, not just any character device
+// (/dev/null is one too).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
 }
 
 // countingReader counts the bytes read through it, for progress.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,14 @@ func TestProgressLine(t *testing.T) {
 	var buf bytes.Buffer
 	if isTerminal(&buf) {
 		t.Error("a buffer is not a terminal")
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	if isTerminal(devNull) {
+		t.Error("/dev/null, a character device, is not a terminal")
 	}
 }
 

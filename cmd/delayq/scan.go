@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/router"
+	"github.com/delayq/delayq/scanner"
+	"go.uber.org/zap"
+)
+
+func scanCommand() command {
+	return command{name: "scan", summary: "run a scanner worker until SIGINT/SIGTERM", run: runScan}
+}
+
+// runScan runs a scanner until ctx ends (SIGINT/SIGTERM), then shuts down:
+// scanner (stop claiming, settle what is in flight), publisher, Redis.
+// scanGCPercent is the scanner's GOGC unless the environment sets one.
+const scanGCPercent = 400
+
+func runScan(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(e.stderr, "delayq scan: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	if os.Getenv("GOGC") == "" {
+		// A scanner's heap is small and short-lived (a few MB of messages
+		// in flight): collecting it 4x less often costs little memory and
+		// saves a few percent of CPU per message. GOGC overrides it.
+		debug.SetGCPercent(scanGCPercent)
+	}
+	c := e.cfg
+	if err := c.validateScan(); err != nil {
+		fmt.Fprintf(e.stderr, "delayq scan: %v\n", err)
+		return exitUsage
+	}
+	var routes *router.Table
+	var err error
+	if c.RoutesFile != "" {
+		routes, err = router.Load(c.RoutesFile, c.DefaultExchange)
+	} else {
+		routes, err = router.New(c.DefaultExchange, nil)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq scan: %v\n", err)
+		return exitUsage
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	defer rdb.Close()
+	host, _ := os.Hostname()
+	var amqpTLS *tls.Config
+	if strings.HasPrefix(c.AMQPURL, "amqps://") {
+		if amqpTLS, err = tlsFiles(envPrefix+"_AMQP_TLS", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey); err != nil {
+			return e.fail("scan", err)
+		}
+	}
+	pub, err := publisher.New(publisher.Options{URL: c.AMQPURL, TLS: amqpTLS, ConnectionName: "delayq-scanner " + host}, e.log)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	pub.Start(context.Background())
+	defer func() {
+		if err := pub.Close(); err != nil {
+			e.log.Warn("closing publisher", zap.Error(err))
+		}
+	}()
+	// A refused login is a configuration error: fail now rather than run
+	// half connected. An unreachable broker is an outage: run, not ready.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = pub.WaitConnected(wctx)
+	cancel()
+	switch {
+	case errors.Is(err, publisher.ErrAccessRefused):
+		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check the user and password of %s_AMQP_URL)",
+			publisher.Redact(c.AMQPURL), err, envPrefix))
+	case errors.Is(err, publisher.ErrTLS):
+		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check %s_AMQP_TLS_CA and the URL's host)",
+			publisher.Redact(c.AMQPURL), err, envPrefix))
+	}
+	layout, consul, stopLayout, err := e.layout(ctx, st, true)
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	defer stopLayout()
+	var ops *opsServer
+	var metrics *scanner.Metrics
+	if c.MetricsAddr != "off" {
+		if ops, metrics, err = newOps(c.MetricsAddr, rdb, st, layout, pub, e.log); err != nil {
+			return e.fail("scan", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = ops.Close(cctx)
+		}()
+	}
+	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
+		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
+		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics,
+	})
+	if err != nil {
+		return e.fail("scan", err)
+	}
+	if err := sc.Start(ctx); err != nil {
+		return e.fail("scan", err)
+	}
+	var reg *balance.Registration
+	if consul != nil {
+		if reg, err = balance.Register(ctx, consul, c.Namespace, e.log); err != nil {
+			e.log.Error("not registered in consul; scanning anyway", zap.Error(err))
+		}
+	}
+	if ops != nil {
+		ops.Serve()
+	}
+	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
+		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
+	<-ctx.Done()
+	// Shutdown order: settle in-flight messages, leave the fleet, then the
+	// deferred closes: layout and Consul watch, publisher, Redis.
+	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
+	if ops != nil {
+		ops.Stopping() // readiness fails first, so the load balancer looks elsewhere
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if err := sc.Stop(sctx); err != nil {
+		e.log.Warn("shutdown incomplete", zap.Error(err))
+	}
+	if reg != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(dctx); err != nil {
+			e.log.Warn("leaving the consul catalog", zap.Error(err))
+		}
+	}
+	return exitOK
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+func statsCommand() command {
+	return command{name: "stats", args: "[--json] [--watch [--interval D]]", summary: "per-shard counts", run: runStats,
+		flags: func() *flag.FlagSet { fs, _, _, _ := watchFlags(); return fs }}
+}
+
+func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON (with --watch: one object per line)")
+	watch := fs.Bool("watch", false, "refresh until interrupted")
+	every := new(time.Duration)
+	durationVar(fs, every, "interval", 2*time.Second, "with --watch: time between refreshes")
+	return fs, asJSON, watch, every
+}
+
+// shardView is one row of stats.
+type shardView struct {
+	Shard            int     `json:"shard"`
+	Node             string  `json:"node,omitempty"` // the cluster master holding the shard
+	Scheduled        int64   `json:"scheduled"`
+	DueNow           int64   `json:"due_now"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	NextDue          string  `json:"next_due,omitempty"`
+	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
+}
+
+type statsView struct {
+	Namespace string           `json:"namespace"`
+	Shards    []shardView      `json:"shards"`
+	Total     shardView        `json:"total"`
+	Fleet     []balance.Member `json:"fleet,omitempty"` // scanners registered in Consul
+}
+
+func runStats(ctx context.Context, e *env, args []string) int {
+	fs, asJSON, watch, every := watchFlags()
+	pos, err := parse(fs, args, e.stderr)
+	switch {
+	case err != nil:
+		return exitUsage
+	case len(pos) > 0:
+		fmt.Fprintf(e.stderr, "delayq stats: unexpected arguments %q\n", pos)
+		return exitUsage
+	case *every <= 0:
+		fmt.Fprintf(e.stderr, "delayq stats: --interval %s: want more than 0\n", *every)
+		return exitUsage
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	defer rdb.Close()
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	tty := isTerminal(e.stdout)
+	for {
+		n, err := e.shardsToShow(ctx, st)
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		v, err := e.stats(ctx, st, n)
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		if consul != nil {
+			if v.Fleet, err = balance.Fleet(ctx, consul, e.cfg.Namespace); err != nil {
+				return e.fail("stats", err)
+			}
+		}
+		switch {
+		case *asJSON && *watch:
+			if err := json.NewEncoder(e.stdout).Encode(v); err != nil {
+				return e.fail("stats", err)
+			}
+		case *asJSON:
+			return writeJSON(e, v)
+		default:
+			if *watch && tty {
+				fmt.Fprint(e.stdout, "\033[H\033[2J") // clear the screen, cursor home
+			}
+			if *watch {
+				fmt.Fprintf(e.stdout, "%s  (every %s, Ctrl-C to stop)\n", time.Now().Format("15:04:05"), *every)
+			}
+			printStats(e, v)
+			if consul != nil {
+				printFleet(e, v.Fleet)
+			}
+		}
+		if !*watch {
+			return exitOK
+		}
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-time.After(*every):
+		}
+		if !tty && !*asJSON {
+			fmt.Fprintln(e.stdout)
+		}
+	}
+}
+
+func printFleet(e *env, fleet []balance.Member) {
+	fmt.Fprintf(e.stdout, "fleet: %d scanner(s) registered in consul\n", len(fleet))
+	for _, f := range fleet {
+		fmt.Fprintf(e.stdout, "  %s  host %s pid %s  %s\n", f.ID, f.Host, f.PID, f.Status)
+	}
+}
+
+// stats counts shards [0, n).
+func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, error) {
+	all, err := st.Stats(ctx, n)
+	if err != nil {
+		return statsView{}, err
+	}
+	v := statsView{Namespace: e.cfg.Namespace, Total: shardView{Shard: -1}}
+	var nextMs int64 = -1
+	for _, s := range all {
+		row := shardView{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead,
+			OldestOverdueSec: s.OldestOverdue().Seconds()}
+		if s.HeadMs >= 0 {
+			row.NextDue = time.UnixMilli(s.HeadMs).UTC().Format(time.RFC3339Nano)
+			if nextMs < 0 || s.HeadMs < nextMs {
+				nextMs = s.HeadMs
+			}
+		}
+		v.Shards = append(v.Shards, row)
+		t := &v.Total
+		t.Scheduled += row.Scheduled
+		t.DueNow += row.DueNow
+		t.InFlight += row.InFlight
+		t.Dead += row.Dead
+		t.OldestOverdueSec = max(t.OldestOverdueSec, row.OldestOverdueSec)
+	}
+	if nextMs >= 0 {
+		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
+	}
+	shards := make([]int, len(v.Shards))
+	for i, r := range v.Shards {
+		shards[i] = r.Shard
+	}
+	nodes, err := st.ShardNodes(ctx, shards)
+	if err != nil {
+		return v, err
+	}
+	for i := range v.Shards {
+		v.Shards[i].Node = nodes[v.Shards[i].Shard]
+	}
+	return v, nil
+}
+
+func printStats(e *env, v statsView) {
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(e.stdout, "namespace %s, %d shards\n", v.Namespace, len(v.Shards))
+	fmt.Fprintln(tw, "shard\tscheduled\tdue now\tin flight\tdead\toldest overdue\tnext due\tnode\t")
+	for _, r := range append(v.Shards, v.Total) {
+		name := fmt.Sprint(r.Shard)
+		if r.Shard < 0 {
+			name = "total"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", name, r.Scheduled, r.DueNow, r.InFlight, r.Dead,
+			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue), orDash(r.Node))
+	}
+	_ = tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
