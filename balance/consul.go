@@ -65,28 +65,43 @@ func NewConsulWatcher(client *api.Client, key string, log *zap.Logger) *ConsulWa
 // Key returns the watched key.
 func (w *ConsulWatcher) Key() string { return w.key }
 
-// Start reads the key once (waiting at most timeout) and then watches it
-// in a goroutine until Stop. If the first read fails, M stays unknown
-// (ShardCount returns ErrShardCountUnknown) until Consul answers; Start
-// returns that first error for the caller to report, but keeps watching.
-func (w *ConsulWatcher) Start(ctx context.Context, timeout time.Duration) error {
-	ctx, w.cancel = context.WithCancel(ctx)
-	first := make(chan error, 1)
-	w.wg.Go(func() { w.watch(ctx, first) })
-	select {
-	case err := <-first:
-		return err
-	case <-time.After(timeout):
-		return fmt.Errorf("consul key %s: no answer within %s", w.key, timeout)
+// Start starts watching the key in a goroutine until Stop, and waits,
+// while ctx lasts, for the first answer: ctx bounds that wait, not the
+// watch. If the first read fails (logged, like every failure), M stays
+// unknown (ShardCount returns ErrShardCountUnknown) until Consul answers;
+// the watch is running all the same, so Start returns nil. It fails only
+// when called twice.
+func (w *ConsulWatcher) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.cancel != nil {
+		w.mu.Unlock()
+		return errors.New("consul watcher already started")
 	}
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.mu.Unlock()
+	first := make(chan error, 1)
+	w.wg.Go(func() { w.watch(life, first) })
+	select {
+	case <-first:
+	case <-ctx.Done():
+		w.log.Warn("consul has not answered yet; M is unknown until it does", zap.String("key", w.key))
+	}
+	return nil
 }
 
-// Stop ends the watch and waits for its goroutine.
-func (w *ConsulWatcher) Stop() {
-	if w.cancel != nil {
-		w.cancel()
+// Stop ends the watch and waits for its goroutine, which ends at once (it
+// only waits on the canceled blocking query). Safe to call more than
+// once, and without Start.
+func (w *ConsulWatcher) Stop(context.Context) error {
+	w.mu.Lock()
+	cancel := w.cancel
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
 	}
 	w.wg.Wait()
+	return nil
 }
 
 // ShardCount returns the last good M.

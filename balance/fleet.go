@@ -2,6 +2,7 @@ package balance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,6 +22,9 @@ const ServiceName = "delayq-scanner"
 // and Consul removes the entry a minute later.
 type Registration struct {
 	agent   *api.Agent
+	ns      string
+	host    string
+	stopped bool
 	id      string
 	checkID string
 	log     *zap.Logger
@@ -32,11 +36,21 @@ type Registration struct {
 // every third of it.
 const RegistrationTTL = 10 * time.Second
 
-// Register adds this process to the catalog as a scanner of namespace ns.
-func Register(ctx context.Context, client *api.Client, ns string, log *zap.Logger) (*Registration, error) {
+// NewRegistration prepares this process's entry in the catalog as a
+// scanner of namespace ns; Start adds it.
+func NewRegistration(client *api.Client, ns string, log *zap.Logger) *Registration {
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s-%s-%s-%d", ServiceName, ns, host, os.Getpid())
-	r := &Registration{agent: client.Agent(), id: id, checkID: id + ":ttl", log: log.Named("registration")}
+	return &Registration{agent: client.Agent(), ns: ns, host: host, id: id, checkID: id + ":ttl", log: log.Named("registration")}
+}
+
+// Start adds the entry to the catalog (ctx bounds that call) and renews
+// its health check in a goroutine until Stop.
+func (r *Registration) Start(ctx context.Context) error {
+	if r.cancel != nil {
+		return errors.New("registration already started")
+	}
+	id, ns, host := r.id, r.ns, r.host
 	err := r.agent.ServiceRegisterOpts(&api.AgentServiceRegistration{
 		ID:   id,
 		Name: ServiceName,
@@ -50,9 +64,9 @@ func Register(ctx context.Context, client *api.Client, ns string, log *zap.Logge
 		},
 	}, api.ServiceRegisterOpts{}.WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("register %s in consul: %w", id, err)
+		return fmt.Errorf("register %s in consul: %w", id, err)
 	}
-	ctx, r.cancel = context.WithCancel(context.Background())
+	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.wg.Go(func() {
 		t := time.NewTicker(RegistrationTTL / 3)
 		defer t.Stop()
@@ -68,14 +82,20 @@ func Register(ctx context.Context, client *api.Client, ns string, log *zap.Logge
 		}
 	})
 	r.log.Info("registered in consul", zap.String("service_id", id))
-	return r, nil
+	return nil
 }
 
 // ID returns the service id.
 func (r *Registration) ID() string { return r.id }
 
-// Close stops renewing the check and deregisters the service.
-func (r *Registration) Close(ctx context.Context) error {
+// Stop stops renewing the check and deregisters the service (ctx bounds
+// that call). Safe to call more than once; without a successful Start it
+// does nothing.
+func (r *Registration) Stop(ctx context.Context) error {
+	if r.cancel == nil || r.stopped {
+		return nil
+	}
+	r.stopped = true
 	r.cancel()
 	r.wg.Wait()
 	if err := r.agent.ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(ctx)); err != nil {

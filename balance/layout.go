@@ -107,7 +107,8 @@ func (l *Layout) Start(ctx context.Context) error {
 	if err := l.Refresh(ctx); err != nil {
 		return err
 	}
-	ctx, l.cancel = context.WithCancel(ctx)
+	// The loops live until Stop, not as long as the caller's ctx.
+	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if l.opts.Drain {
 		l.wg.Go(func() {
 			t := time.NewTicker(l.opts.SettleEvery)
@@ -146,12 +147,15 @@ func (l *Layout) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the refresh goroutine and waits for it.
-func (l *Layout) Stop() {
+// Stop ends the refresh and settle goroutines and waits for them (they end
+// at once: a refresh or a sweep page is one bounded Redis call). Safe to
+// call more than once, and without Start.
+func (l *Layout) Stop(context.Context) error {
 	if l.cancel != nil {
 		l.cancel()
 	}
 	l.wg.Wait()
+	return nil
 }
 
 // ShardCount returns M: the counter's, else the M last read from Consul as

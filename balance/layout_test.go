@@ -1,6 +1,7 @@
 package balance_test
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestLayoutDrainsRetiredShards(t *testing.T) {
 	if err := l.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Stop)
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 	hw := func() int { h, _ := l.HighWater(); return h }
 	if hw() != 8 {
 		t.Fatalf("high-water %d, want 8", hw())
@@ -143,7 +144,7 @@ func TestLayoutSettlesOnceOldMessagesLeave(t *testing.T) {
 	if err := l.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Stop)
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
 	used := func() []int { lay, _ := st.ReadLayout(t.Context()); return lay.Used }
 	if u := used(); len(u) != 2 {
 		t.Fatalf("used Ms %v, want [4 8]", u)

@@ -152,11 +152,22 @@ func Redact(raw string) string {
 
 // Start launches the goroutine that owns the connection: it dials, keeps
 // the channel pool open, and redials with backoff after a failure, until
-// ctx ends or Close is called. It returns at once; use WaitReady.
-func (p *Publisher) Start(ctx context.Context) {
-	ctx, p.cancel = context.WithCancel(ctx)
+// Stop (or Close); ctx's end does not stop it. It returns at once; use
+// WaitReady or WaitConnected.
+func (p *Publisher) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return errors.New("publisher already started")
+	}
+	ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	p.wg.Go(func() { p.superviseConnection(ctx) })
+	return nil
 }
+
+// Stop is Close, for the lifecycle every long-lived part shares: Close is
+// bounded by itself (closeTimeout), so ctx is not needed to bound it.
+func (p *Publisher) Stop(context.Context) error { return p.Close() }
 
 // closeTimeout bounds how long Close waits for the broker to answer
 // connection.close. A broker that blocked the connection (a resource
@@ -169,10 +180,10 @@ const closeTimeout = 2 * time.Second
 // with ErrConnectionLost. It waits for every goroutine of the publisher. It
 // is safe to call more than once.
 func (p *Publisher) Close() error {
+	p.mu.Lock()
 	if p.cancel != nil {
 		p.cancel()
 	}
-	p.mu.Lock()
 	p.closed = true
 	conn := p.conn
 	p.mu.Unlock()

@@ -69,7 +69,9 @@ func start(t *testing.T, url string) *publisher.Publisher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Start(t.Context())
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("close: %v", err)

@@ -89,7 +89,9 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub.Start(context.Background())
+	if err := pub.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pub.Close() })
 	f.pub = pub
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})

@@ -154,17 +154,20 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int, withCo
 	var counter balance.Counter = balance.Static(m)
 	if cs != nil {
 		w := balance.NewConsulWatcher(cs.Client(), balance.DefaultConsulKey("demo"), zap.NewNop())
-		if err := w.Start(ctx, 5*time.Second); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.Start(wctx)
+		cancel()
+		if err != nil {
 			return err
 		}
-		defer w.Stop()
+		defer func() { _ = w.Stop(context.Background()) }()
 		counter = w
 	}
 	layout := balance.NewLayout(counter, store, balance.LayoutOptions{})
 	if err := layout.Start(ctx); err != nil {
 		return err
 	}
-	defer layout.Stop()
+	defer func() { _ = layout.Stop(context.Background()) }()
 	prod := shard.NewProducer(store, layout, shard.ProducerOptions{})
 
 	// Schedule: order N is cancelled 1-10 s from now unless paid.

@@ -695,7 +695,9 @@ func (w *world) inFlight() int64 {
 // a blocked broker withholds, /readyz answers 503 "shutting down"; what it
 // had to abandon comes back after the lease, and every message arrives.
 func TestSigtermLeavesNothingInFlight(t *testing.T) {
-	w := newWorld(t, 4, "DELAYQ_LEASE=9s", "DELAYQ_SHUTDOWN_TIMEOUT=2s") // confirms time out after 3s
+	// Confirms time out after a third of the lease (10 s): long enough to
+	// see them outstanding on a loaded machine.
+	w := newWorld(t, 4, "DELAYQ_LEASE=30s", "DELAYQ_SHUTDOWN_TIMEOUT=2s")
 	node, err := publishertest.StartRabbit()
 	if err != nil {
 		t.Fatal(err)

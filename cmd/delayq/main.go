@@ -183,22 +183,22 @@ func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store,
 	return rdb, st, nil
 }
 
-// layout returns the shard layout: M from Consul (watched) when
-// DELAYQ_CONSUL_ADDR is set, else DELAYQ_SHARDS; the high-water mark from
-// Redis. A scanner (scanner=true) falls back to the M mirrored in Redis or
-// DELAYQ_SHARDS when Consul is unreachable, and says so loudly; a producer
-// uses the mirror or refuses to guess. stop releases what it started.
-func (e *env) layout(ctx context.Context, st *shard.Store, scanner bool) (l *balance.Layout, consul *api.Client, stop func(), err error) {
+// layout starts what tells M and the high-water mark (a Consul watch when
+// configured, and the Layout over it), adding them to ps, which the caller
+// stops. A scanner's Layout also drains retired shards and settles.
+func (e *env) layout(ctx context.Context, st *shard.Store, ps *parts, scanner bool) (*balance.Layout, *api.Client, error) {
 	var counter balance.Counter = balance.Static(e.cfg.Shards)
-	var watcher *balance.ConsulWatcher
-	consul, err = newConsul(e.cfg)
+	consul, err := newConsul(e.cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if consul != nil {
-		watcher = balance.NewConsulWatcher(consul, e.cfg.consulKey(), e.log)
-		if werr := watcher.Start(ctx, 5*time.Second); werr != nil {
-			e.log.Error("M not read from consul; see the source of M below", zap.Error(werr))
+		watcher := balance.NewConsulWatcher(consul, e.cfg.consulKey(), e.log)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := ps.start(wctx, "consul watch", watcher)
+		cancel()
+		if err != nil {
+			return nil, nil, err
 		}
 		counter = watcher
 	}
@@ -206,24 +206,16 @@ func (e *env) layout(ctx context.Context, st *shard.Store, scanner bool) (l *bal
 	if scanner {
 		opts.Fallback = e.cfg.Shards
 	}
-	l = balance.NewLayout(counter, st, opts)
-	stop = func() {
-		l.Stop()
-		if watcher != nil {
-			watcher.Stop()
-		}
-	}
-	if err := l.Start(ctx); err != nil {
-		stop()
-		return nil, nil, nil, err
+	l := balance.NewLayout(counter, st, opts)
+	if err := ps.start(ctx, "shard layout", l); err != nil {
+		return nil, nil, err
 	}
 	if m, src, err := l.Current(); err != nil {
-		stop()
-		return nil, nil, nil, fmt.Errorf("shard count: %w (consul key %s)", err, e.cfg.consulKey())
+		return nil, nil, fmt.Errorf("shard count: %w (consul key %s)", err, e.cfg.consulKey())
 	} else if src != "consul" && src != "static" {
 		e.log.Error("consul unreachable: using a cached shard count", zap.Int("m", m), zap.String("source", src))
 	}
-	return l, consul, stop, nil
+	return l, consul, nil
 }
 
 func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
@@ -231,13 +223,15 @@ func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	l, _, stop, err := e.layout(ctx, st, false)
+	ps := &parts{log: e.log}
+	stop := func() { _ = ps.stop(context.WithoutCancel(ctx)); _ = rdb.Close() }
+	l, _, err := e.layout(ctx, st, ps, false)
 	if err != nil {
-		_ = rdb.Close()
+		stop()
 		return nil, nil, err
 	}
 	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending})
-	return p, func() { stop(); _ = rdb.Close() }, nil
+	return p, stop, nil
 }
 
 // fail reports err and returns the exit code: 2 (usage) when the input

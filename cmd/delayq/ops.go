@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,7 @@ type opsServer struct {
 	ln       net.Listener
 	stopping atomic.Bool
 	log      *zap.Logger
+	served   sync.WaitGroup // the Serve goroutine
 }
 
 // newOps binds the listener at once (so a taken port is a startup error)
@@ -85,18 +87,28 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 	return o, metrics, nil
 }
 
-// Serve answers requests in a goroutine until Close.
-func (o *opsServer) Serve() {
-	go func() {
+// Start answers requests in a goroutine until Stop.
+func (o *opsServer) Start(context.Context) error {
+	o.served.Go(func() {
 		if err := o.srv.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			o.log.Error("metrics listener stopped", zap.Error(err))
 		}
-	}()
+	})
 	o.log.Info("serving /metrics, /healthz, /readyz", zap.String("addr", o.ln.Addr().String()))
+	return nil
 }
 
 // Stopping makes /readyz answer 503 from now on.
 func (o *opsServer) Stopping() { o.stopping.Store(true) }
 
-// Close stops the listener.
-func (o *opsServer) Close(ctx context.Context) error { return o.srv.Shutdown(ctx) }
+// Stop closes the listener and waits, while ctx lasts, for the requests
+// under way; then for the serving goroutine. Safe to call more than once.
+func (o *opsServer) Stop(ctx context.Context) error {
+	err := o.srv.Shutdown(ctx)
+	_ = o.ln.Close() // never served (Start not called): release the port
+	o.served.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -23,11 +24,11 @@ func (w *world) consulProducer(t *testing.T, consul *api.Client, key string, rdb
 	st, err := shard.NewStore(rdb, w.ns)
 	must(t, err)
 	watcher := balance.NewConsulWatcher(consul, key, zaptest.NewLogger(t))
-	must(t, watcher.Start(t.Context(), 5*time.Second))
-	t.Cleanup(watcher.Stop)
+	must(t, watcher.Start(t.Context()))
+	t.Cleanup(func() { _ = watcher.Stop(context.Background()) })
 	layout := balance.NewLayout(watcher, st, balance.LayoutOptions{Log: zaptest.NewLogger(t)})
 	must(t, layout.Start(t.Context()))
-	t.Cleanup(layout.Stop)
+	t.Cleanup(func() { _ = layout.Stop(context.Background()) })
 	return shard.NewProducer(st, layout, shard.ProducerOptions{}), layout
 }
 

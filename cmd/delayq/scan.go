@@ -69,12 +69,20 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("scan", err)
 	}
-	pub.Start(context.Background())
-	defer func() {
-		if err := pub.Close(); err != nil {
-			e.log.Warn("closing publisher", zap.Error(err))
-		}
-	}()
+	// Every long-lived part goes on this list as it starts; at shutdown
+	// they stop in reverse: readiness off, out of the Consul catalog, the
+	// scanner settles what it claimed, the ops listener, the layout and
+	// the Consul watch, the publisher. Redis closes last (deferred above).
+	ps := &parts{log: e.log}
+	stop := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer cancel()
+		return ps.stop(sctx)
+	}
+	defer func() { _ = stop() }()
+	if err := ps.start(ctx, "publisher", pub); err != nil {
+		return e.fail("scan", err)
+	}
 	// A refused login is a configuration error: fail now rather than run
 	// half connected. An unreachable broker is an outage: run, not ready.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -88,22 +96,19 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check %s_AMQP_TLS_CA and the URL's host)",
 			publisher.Redact(c.AMQPURL), err, envPrefix))
 	}
-	layout, consul, stopLayout, err := e.layout(ctx, st, true)
+	layout, consul, err := e.layout(ctx, st, ps, true)
 	if err != nil {
 		return e.fail("scan", err)
 	}
-	defer stopLayout()
 	var ops *opsServer
 	var metrics *scanner.Metrics
 	if c.MetricsAddr != "off" {
 		if ops, metrics, err = newOps(c.MetricsAddr, rdb, st, layout, pub, e.log); err != nil {
 			return e.fail("scan", err)
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = ops.Close(cctx)
-		}()
+		if err := ps.start(ctx, "ops listener", ops); err != nil {
+			return e.fail("scan", err)
+		}
 	}
 	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
@@ -112,38 +117,24 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("scan", err)
 	}
-	if err := sc.Start(ctx); err != nil {
+	if err := ps.start(ctx, "scanner", sc); err != nil {
 		return e.fail("scan", err)
 	}
-	var reg *balance.Registration
 	if consul != nil {
-		if reg, err = balance.Register(ctx, consul, c.Namespace, e.log); err != nil {
+		if err := ps.start(ctx, "consul registration", balance.NewRegistration(consul, c.Namespace, e.log)); err != nil {
 			e.log.Error("not registered in consul; scanning anyway", zap.Error(err))
 		}
 	}
 	if ops != nil {
-		ops.Serve()
+		// Stopped first: readiness fails before anything else stops.
+		_ = ps.start(ctx, "readiness", partFuncs{stop: func(context.Context) error { ops.Stopping(); return nil }})
 	}
 	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
 		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
 	<-ctx.Done()
-	// Shutdown order: settle in-flight messages, leave the fleet, then the
-	// deferred closes: layout and Consul watch, publisher, Redis.
 	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
-	if ops != nil {
-		ops.Stopping() // readiness fails first, so the load balancer looks elsewhere
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
-	defer cancel()
-	if err := sc.Stop(sctx); err != nil {
+	if err := stop(); err != nil {
 		e.log.Warn("shutdown incomplete", zap.Error(err))
-	}
-	if reg != nil {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := reg.Close(dctx); err != nil {
-			e.log.Warn("leaving the consul catalog", zap.Error(err))
-		}
 	}
 	return exitOK
 }
