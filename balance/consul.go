@@ -217,6 +217,28 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// ErrBadShardCount wraps what ReadShardCount found in a key that is not a
+// valid M.
+var ErrBadShardCount = errors.New("bad shard count")
+
+// ReadShardCount reads M from key once (no watch), with the key's
+// ModifyIndex for a later SetShardCount. A key that is not set gives
+// index 0 and an error wrapping ErrShardCountUnknown; a value that is not
+// a valid M gives the key's index and an error wrapping ErrBadShardCount.
+func ReadShardCount(ctx context.Context, client *api.Client, key string) (m int, index uint64, err error) {
+	pair, _, err := client.KV().Get(key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return 0, 0, fmt.Errorf("read consul key %s: %w", key, err)
+	}
+	if pair == nil {
+		return 0, 0, fmt.Errorf("consul key %s is not set: %w", key, ErrShardCountUnknown)
+	}
+	if m, err = ParseShardCount(string(pair.Value)); err != nil {
+		return 0, pair.ModifyIndex, fmt.Errorf("consul key %s holds %q: %w: %w", key, pair.Value, ErrBadShardCount, err)
+	}
+	return m, pair.ModifyIndex, nil
+}
+
 // SetShardCount writes M to key with a check-and-set: it succeeds only if
 // the key still has the ModifyIndex the caller read (0: the key must not
 // exist), so two operators cannot race. It returns false when someone else

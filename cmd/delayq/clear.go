@@ -93,7 +93,7 @@ func runClear(ctx context.Context, e *env, args []string) int {
 		return e.fail("clear", err)
 	}
 	defer rdb.Close()
-	n, err := e.shardsToShow(ctx, st)
+	n, err := e.allShards(ctx, st)
 	if err != nil {
 		return e.fail("clear", err)
 	}

@@ -57,7 +57,7 @@ func deadList(ctx context.Context, e *env, args []string) int {
 		return e.fail("dead list", err)
 	}
 	defer rdb.Close()
-	n, err := e.shardsToShow(ctx, st)
+	n, err := e.allShards(ctx, st)
 	if err != nil {
 		return e.fail("dead list", err)
 	}
@@ -114,7 +114,7 @@ func deadEach(ctx context.Context, e *env, action string, args []string) int {
 		return e.fail("dead "+action, err)
 	}
 	defer rdb.Close()
-	n, err := e.shardsToShow(ctx, st)
+	n, err := e.allShards(ctx, st)
 	if err != nil {
 		return e.fail("dead "+action, err)
 	}

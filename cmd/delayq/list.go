@@ -86,7 +86,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 		return e.fail("list", err)
 	}
 	defer rdb.Close()
-	n, err := e.shardsToShow(ctx, st)
+	n, err := e.allShards(ctx, st)
 	if err != nil {
 		return e.fail("list", err)
 	}

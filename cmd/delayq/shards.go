@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -35,18 +36,14 @@ func (e *env) currentM(ctx context.Context, consul *api.Client) (m int, source s
 	if consul == nil {
 		return e.cfg.Shards, "static (DELAYQ_SHARDS)", 0, nil
 	}
-	pair, _, err := consul.KV().Get(e.cfg.consulKey(), (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("read consul key %s: %w", e.cfg.consulKey(), err)
+	m, index, err = balance.ReadShardCount(ctx, consul, e.cfg.consulKey())
+	switch {
+	case errors.Is(err, balance.ErrShardCountUnknown), errors.Is(err, balance.ErrBadShardCount):
+		return 0, err.Error(), index, nil // a state to show, not a failure to read
+	case err != nil:
+		return 0, "", 0, err
 	}
-	if pair == nil {
-		return 0, "consul key " + e.cfg.consulKey() + " is not set", 0, nil
-	}
-	m, perr := balance.ParseShardCount(string(pair.Value))
-	if perr != nil {
-		return 0, fmt.Sprintf("consul key %s holds a bad value %q: %v", e.cfg.consulKey(), pair.Value, perr), pair.ModifyIndex, nil
-	}
-	return m, "consul " + e.cfg.consulKey(), pair.ModifyIndex, nil
+	return m, "consul " + e.cfg.consulKey(), index, nil
 }
 
 func runShards(ctx context.Context, e *env, args []string) int {
@@ -140,11 +137,8 @@ func setShards(ctx context.Context, e *env, consul *api.Client, arg string) int 
 
 // shardsToShow is how many shards stats covers: every shard that may hold
 // a message (the recorded high-water mark, at least the configured M).
-func (e *env) shardsToShow(ctx context.Context, st *shard.Store) (int, error) {
-	consul, err := newConsul(e.cfg)
-	if err != nil {
-		return 0, err
-	}
+// consul is the command's Consul client, nil without Consul.
+func (e *env) shardsToShow(ctx context.Context, st *shard.Store, consul *api.Client) (int, error) {
 	m, _, _, err := e.currentM(ctx, consul)
 	if err != nil {
 		return 0, err
@@ -159,4 +153,14 @@ func (e *env) shardsToShow(ctx context.Context, st *shard.Store) (int, error) {
 func shardsFlags() (*flag.FlagSet, *bool) {
 	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
 	return fs, fs.Bool("json", false, "print JSON")
+}
+
+// allShards is shardsToShow for a one-shot command, with a Consul client
+// of its own when Consul is configured.
+func (e *env) allShards(ctx context.Context, st *shard.Store) (int, error) {
+	consul, err := newConsul(e.cfg)
+	if err != nil {
+		return 0, err
+	}
+	return e.shardsToShow(ctx, st, consul)
 }

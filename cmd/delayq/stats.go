@@ -69,7 +69,7 @@ func runStats(ctx context.Context, e *env, args []string) int {
 	}
 	tty := isTerminal(e.stdout)
 	for {
-		n, err := e.shardsToShow(ctx, st)
+		n, err := e.shardsToShow(ctx, st, consul)
 		if err != nil {
 			return e.fail("stats", err)
 		}
