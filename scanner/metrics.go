@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
@@ -18,8 +19,13 @@ type Metrics struct {
 	Published   prometheus.Counter
 	Redelivered prometheus.Counter
 	Released    prometheus.Counter
-	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned
-	Lateness    prometheus.Histogram   // confirm time - due time
+	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned, nacked
+	// Reaped counts expired leases this process's claims re-queued (a
+	// crashed or stuck scanner's messages); LostLeases counts confirmed
+	// messages whose lease had expired first (a duplicate follows).
+	Reaped     prometheus.Counter
+	LostLeases prometheus.Counter
+	Lateness   prometheus.Histogram // confirm time - due time
 	// ClaimLateness is the Redis time of the claim minus the due time: how
 	// far behind the fleet is in reaching due messages. Lateness minus
 	// ClaimLateness is what publishing and confirming add.
@@ -50,6 +56,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Published:   counter("messages_published_total", "Messages confirmed by the broker."),
 		Redelivered: counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
 		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
+		Reaped:      counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
+		LostLeases:  counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack; a duplicate follows."),
 		Dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "messages_dead_total",
 			Help: "Messages moved to the dead set, by reason."}, []string{"reason"}),
 		// 1 ms to 1 h.
@@ -66,8 +74,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Dead, m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Dead,
+		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)
 	return m
+}
+
+// counts reads the running totals from the metrics themselves, so there
+// is one count of each thing.
+func (m *Metrics) counts() Counts {
+	dead := 0.0
+	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
+		dead += value(m.Dead.WithLabelValues(r))
+	}
+	return Counts{
+		Claimed: int64(value(m.Claimed)), Published: int64(value(m.Published)), Redelivered: int64(value(m.Redelivered)),
+		Dead: int64(dead), Released: int64(value(m.Released)), LostLeases: int64(value(m.LostLeases)), Reaped: int64(value(m.Reaped)),
+	}
+}
+
+// value is a counter's current value.
+func value(c prometheus.Counter) float64 {
+	var out dto.Metric
+	if err := c.Write(&out); err != nil {
+		return 0 // a plain counter always writes
+	}
+	return out.GetCounter().GetValue()
 }
 
 // ShardCollector exports per-shard gauges (scheduled, due now, in flight,

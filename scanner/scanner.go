@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -162,27 +161,40 @@ type Scanner struct {
 	log   *zap.Logger
 	board *dueBoard
 
-	claimed, published, redelivered, dead, released, lostLeases, reaped atomic.Int64
-	errLog                                                              rateLimited
+	errLog rateLimited
 
 	window chan struct{} // one token per published, unconfirmed message
 	queue  chan sent     // published messages waiting for their confirms
 	acks   *ackBatcher
 	claims *claimer
 
-	mu          sync.Mutex
-	started     bool
-	stopClaims  context.CancelFunc
-	stopWork    context.CancelFunc
-	stopAcks    context.CancelFunc
-	stopClaimer context.CancelFunc
-	workers     sync.WaitGroup
-	dispatcher  sync.WaitGroup
-	claimerDone sync.WaitGroup
-	settlers    sync.WaitGroup
-	acker       sync.WaitGroup
-	subscriber  sync.WaitGroup
-	stopWakeSub context.CancelFunc
+	mu       sync.Mutex
+	state    int      // notStarted, running, stopped
+	stages   []*stage // in start order; Stop ends them in reverse
+	stopWork context.CancelFunc
+}
+
+// The states of a Scanner: it starts once and stops once.
+const (
+	notStarted = iota
+	running
+	stopped
+)
+
+// stage is a group of the scanner's goroutines that end together: end
+// makes them return (it cancels their context, or closes the queue they
+// drain), and the next stage of the shutdown waits for them.
+type stage struct {
+	name string
+	end  func()
+	wg   sync.WaitGroup
+}
+
+// stage adds a stage, in start order.
+func (s *Scanner) stage(name string, end func()) *stage {
+	st := &stage{name: name, end: end}
+	s.stages = append(s.stages, st)
+	return st
 }
 
 // dispatchRound is the least time between two rounds in which the due
@@ -213,26 +225,21 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	log := d.Log.Named("scanner")
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
-	s.acks = newAckBatcher(s)
+	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
 	return s, nil
 }
 
 // Counts returns the running totals.
-func (s *Scanner) Counts() Counts {
-	return Counts{
-		Claimed: s.claimed.Load(), Published: s.published.Load(), Redelivered: s.redelivered.Load(),
-		Dead: s.dead.Load(), Released: s.released.Load(), LostLeases: s.lostLeases.Load(), Reaped: s.reaped.Load(),
-	}
-}
+func (s *Scanner) Counts() Counts { return s.d.Metrics.counts() }
 
 // Start loads the scripts, subscribes to wake-up notices and starts the
 // claim goroutines. It returns once they run; ctx bounds the startup only.
 func (s *Scanner) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("scanner already started")
+	if s.state != notStarted {
+		return errors.New("scanner already started; a stopped scanner cannot start again")
 	}
 	if err := s.d.Store.Load(ctx); err != nil {
 		return err
@@ -241,63 +248,70 @@ func (s *Scanner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.started = true
-	subCtx, stopSub := context.WithCancel(context.Background())
-	claimCtx, stopClaims := context.WithCancel(context.Background())
+	s.state = running
+	// The loops live until Stop (each stage's own context, not ctx); the
+	// Redis and AMQP calls of a claim, publish, settle or ack under way
+	// use workCtx, which Stop cancels only when it abandons them.
 	workCtx, stopWork := context.WithCancel(context.Background())
-	ackCtx, stopAcks := context.WithCancel(context.Background())
-	claimerLife, stopClaimer := context.WithCancel(context.Background())
-	s.stopWakeSub, s.stopClaims, s.stopWork, s.stopAcks, s.stopClaimer = stopSub, stopClaims, stopWork, stopAcks, stopClaimer
-	s.subscriber.Go(func() { s.listen(subCtx, sub) })
-	for range claimPipelines {
-		s.claimerDone.Go(func() { s.claims.run(claimerLife, workCtx) })
+	s.stopWork = stopWork
+	life := func(name string) (*stage, context.Context) {
+		ctx, cancel := context.WithCancel(context.Background())
+		return s.stage(name, cancel), ctx
 	}
-	s.acker.Go(func() { s.acks.run(ackCtx, workCtx) })
+	st, subCtx := life("wake-up notices")
+	st.wg.Go(func() { s.listen(subCtx, sub) })
+	st, ackCtx := life("acks")
+	st.wg.Go(func() { s.acks.run(ackCtx, workCtx) })
+	// No more publishes once the claim stages ended: the settlers drain
+	// the queue and return.
+	st = s.stage("settlers", func() { close(s.queue) })
 	for range settlers {
-		s.settlers.Go(func() { s.settle(workCtx, s.queue) })
+		st.wg.Go(func() { s.settle(workCtx, s.queue) })
 	}
-	s.dispatcher.Go(func() { s.board.run(claimCtx, s.cfg.PatrolInterval) })
+	st, claimerCtx := life("claimer") // answers every claim it took before it returns
+	for range claimPipelines {
+		st.wg.Go(func() { s.claims.run(claimerCtx, workCtx) })
+	}
+	st, claimCtx := life("claims")
+	st.wg.Go(func() { s.board.run(claimCtx, s.cfg.PatrolInterval) })
 	for range s.cfg.Goroutines {
-		s.workers.Go(func() { s.work(claimCtx, workCtx) })
+		st.wg.Go(func() { s.work(claimCtx, workCtx) })
 	}
 	s.log.Info("scanner started", zap.String("namespace", s.d.Store.Namespace()),
 		zap.Int("goroutines", s.cfg.Goroutines), zap.Int("claim_batch", s.cfg.ClaimBatch), zap.Duration("lease", s.cfg.Lease))
 	return nil
 }
 
-// Stop shuts down in this order:
+// Stop ends the stages Start began, the last started first, each once
+// the one before has returned:
 //
-//  1. stop claiming: no worker starts a new claim; workers finish
-//     publishing what they claimed and exit; the due board's dispatcher
-//     exits; then the claimer, which has answered every claim it took,
-//     stops;
-//  2. the settlers wait for the outstanding confirms and settle each
-//     message (dead-letter, release, or queue its ack);
-//  3. the ack batcher flushes the last acks;
-//  4. if ctx ends before all that, the rest is abandoned: those messages
-//     stay leased and any scanner re-queues them once the lease expires;
-//  5. stop the wake-up subscriber.
+//  1. claims: no worker starts a new claim; workers finish publishing
+//     what they claimed and exit, and so does the due board's dispatcher;
+//  2. claimer: it has answered every claim it took;
+//  3. settlers: no more publishes, so they wait for the outstanding
+//     confirms, settle each message (dead-letter, release, or queue its
+//     ack) and return;
+//  4. acks: the ack batcher flushes the last acks;
+//  5. wake-up notices.
 //
-// The caller then closes the publisher and the Redis client. Stop returns
-// ctx's error if it had to abandon work, and is safe to call more than once.
+// If ctx ends before that, the Redis and AMQP calls still under way are
+// canceled: those messages stay leased and any scanner re-queues them
+// once the lease expires. The caller then closes the publisher and the
+// Redis client. Stop returns ctx's error if it had to abandon work, and is
+// safe to call more than once; a stopped Scanner does not start again.
 func (s *Scanner) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.started {
+	if s.state != running {
 		return nil
 	}
-	s.started = false
-	s.stopClaims()
+	s.state = stopped
 	done := make(chan struct{})
 	go func() {
-		s.workers.Wait()
-		s.dispatcher.Wait() // ends with claimCtx, like the workers
-		s.stopClaimer()
-		s.claimerDone.Wait()
-		close(s.queue) // no more publishes: settlers end when it is drained
-		s.settlers.Wait()
-		s.stopAcks() // final flush, still bounded by workCtx
-		s.acker.Wait()
+		for i := len(s.stages) - 1; i >= 0; i-- {
+			s.stages[i].end()
+			s.stages[i].wg.Wait()
+		}
 		close(done)
 	}()
 	var err error
@@ -309,8 +323,6 @@ func (s *Scanner) Stop(ctx context.Context) error {
 		<-done
 	}
 	s.stopWork()
-	s.stopWakeSub()
-	s.subscriber.Wait()
 	c := s.Counts()
 	s.log.Info("scanner stopped", zap.Int64("published", c.Published), zap.Int64("dead", c.Dead), zap.Int64("released", c.Released))
 	return err
@@ -442,11 +454,10 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		// messages are due work too).
 		next := res.NextWorkMs()
 		s.board.observe(i, next, res.NowMs, sent, s.d.Now())
-		s.reaped.Add(int64(res.Reaped))
+		s.d.Metrics.Reaped.Add(float64(res.Reaped))
 		if len(res.Msgs) == 0 {
 			return total, true, nil
 		}
-		s.claimed.Add(int64(len(res.Msgs)))
 		for j := range res.Msgs {
 			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
 		}
@@ -563,14 +574,12 @@ func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, wh
 	case out == shard.Buried:
 		s.buried(i, c, why)
 	case out == shard.Released:
-		s.released.Add(1)
 		s.d.Metrics.Released.Inc()
 		s.errLog.warn("broker refused the message; released for a retry", fmt.Errorf("%s: %s", c.ID, why.text))
 	}
 }
 
 func (s *Scanner) buried(i int, c *shard.Claimed, why deadReason) {
-	s.dead.Add(1)
 	s.d.Metrics.Dead.WithLabelValues(why.label).Inc()
 	s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
 		zap.Int("attempt", c.Attempt), zap.String("reason", why.text))
@@ -597,7 +606,6 @@ func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause er
 		return
 	}
 	if ok {
-		s.released.Add(1)
 		s.d.Metrics.Released.Inc()
 		s.errLog.warn("publish failed; message released for a retry", fmt.Errorf("%s: %w", c.ID, cause))
 	}

@@ -50,12 +50,10 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 		switch {
 		case err == nil:
 			now := time.Now()
-			s.published.Add(1)
 			s.d.Metrics.Published.Inc()
 			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
 			s.d.Metrics.Lateness.Observe(max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds()))
 			if m.c.Attempt > 1 {
-				s.redelivered.Add(1)
 				s.d.Metrics.Redelivered.Inc()
 			}
 			s.acks.add(m.shard, m.c.Lease)
@@ -80,7 +78,9 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 // Losing a batch (the process dies, Redis fails) only means those messages
 // are published again after their lease: at least once, never lost.
 type ackBatcher struct {
-	s          *Scanner
+	store      *shard.Store
+	metrics    *Metrics
+	warn       func(msg string, err error) // rate-limited warnings
 	flushEvery time.Duration
 	maxPending int
 
@@ -98,8 +98,8 @@ const (
 	ackMaxPending = 1024
 )
 
-func newAckBatcher(s *Scanner) *ackBatcher {
-	a := &ackBatcher{s: s, flushEvery: ackFlushEvery, maxPending: ackMaxPending, pending: map[int][]shard.Lease{},
+func newAckBatcher(store *shard.Store, metrics *Metrics, warn func(string, error)) *ackBatcher {
+	a := &ackBatcher{store: store, metrics: metrics, warn: warn, flushEvery: ackFlushEvery, maxPending: ackMaxPending, pending: map[int][]shard.Lease{},
 		started: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	a.room = sync.NewCond(&a.mu)
 	return a
@@ -164,9 +164,9 @@ func (a *ackBatcher) flush(ctx context.Context) {
 	a.pending, a.n = make(map[int][]shard.Lease, len(batch)), 0
 	a.room.Broadcast()
 	a.mu.Unlock()
-	acked, err := a.s.d.Store.AckShards(ctx, batch)
+	acked, err := a.store.AckShards(ctx, batch)
 	if err != nil {
-		a.s.errLog.warn("ack after confirm; the messages will be delivered again", err)
+		a.warn("ack after confirm; the messages will be delivered again", err)
 	}
-	a.s.lostLeases.Add(int64(n - acked))
+	a.metrics.LostLeases.Add(float64(n - acked))
 }
