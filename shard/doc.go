@@ -1,6 +1,8 @@
 // Package shard owns delayq's Redis layout: key names, the id→shard hash,
 // the envelope codec, every Lua script with its Go wrapper (Store), and the
-// producer SDK (Producer). Nothing else in delayq builds a Redis key.
+// producer SDK (Producer). Nothing else in delayq builds a Redis key, and
+// only Store runs scripts, all through one path (Store.run: pipelined
+// EVALSHA, one reload and resend after NOSCRIPT).
 //
 // # Layout
 //

@@ -197,8 +197,7 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 			pm.shard = found[0] // replace it where it is: one atomic script call
 		}
 	}
-	keys, args := p.store.enqueueArgs(pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
-	due, err := enqueueStatus(p.store.run1(ctx, enqueueScript, keys, args...).Slice())
+	due, err := p.store.enqueue(ctx, pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -279,12 +278,7 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 		}
 	}
 	chunks := p.chunks(msgs, preps, todo)
-	calls := make([]call, len(chunks))
-	for c, chunk := range chunks {
-		keys, args := p.store.enqueueManyArgs(msgs, preps, chunk, upsert)
-		calls[c] = call{enqueueManyScript, keys, args}
-	}
-	for c, cmd := range p.store.run(ctx, calls...) {
+	for c, cmd := range p.store.enqueueChunks(ctx, msgs, preps, chunks, upsert) {
 		chunk := chunks[c]
 		v, err := cmd.Slice()
 		if err == nil && len(v) != 2*len(chunk) {

@@ -79,7 +79,6 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}
-	ks := ShardKeys(p.store.ns, i)
 	var mode string
 	var arg any
 	if step >= len(delays) { // exhausted: to the dead set, as delivered last
@@ -89,9 +88,7 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 		env.Headers = withRetryHeaders(env.Headers, sched, step+1)
 		mode, arg = "delay", delays[step].Milliseconds()
 	}
-	v, err := p.store.run1(ctx, retryScript,
-		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
-		d.MessageID, AppendEnvelope(nil, &env), mode, arg, p.store.wake, i).Slice()
+	v, err := p.store.retry(ctx, i, d.MessageID, AppendEnvelope(nil, &env), mode, arg)
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}

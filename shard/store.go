@@ -260,32 +260,45 @@ func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (
 	return n == 1, nil
 }
 
-// enqueueArgs are the enqueue script's KEYS and ARGV for one message.
-func (s *Store) enqueueArgs(i int, id string, env []byte, mode string, ms int64, upsert bool, shardCap int) ([]string, []any) {
+// enqueue runs the enqueue script for one message of shard i and returns
+// its due time, or ErrDuplicate, ErrInFlight, ErrCapacity.
+func (s *Store) enqueue(ctx context.Context, i int, id string, env []byte, mode string, ms int64, upsert bool, shardCap int) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	up := "0"
 	if upsert {
 		up = "1"
 	}
-	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
-		[]any{id, env, mode, ms, up, s.wake, i, shardCap}
+	return enqueueStatus(s.run1(ctx, enqueueScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
+		id, env, mode, ms, up, s.wake, i, shardCap).Slice())
 }
 
-// enqueueManyArgs are the keys and arguments of one enqueueManyScript call
-// for the messages chunk (indexes into msgs and preps), all of one shard.
-func (s *Store) enqueueManyArgs(msgs []Message, preps []prepared, chunk []int, upsert bool) ([]string, []any) {
-	first := preps[chunk[0]]
-	ks := ShardKeys(s.ns, first.shard)
+// enqueueChunks runs one enqueueManyScript call per chunk (indexes into
+// msgs and preps, all of one shard), in one round trip; a command per
+// chunk.
+func (s *Store) enqueueChunks(ctx context.Context, msgs []Message, preps []prepared, chunks [][]int, upsert bool) []*redis.Cmd {
 	up := "0"
 	if upsert {
 		up = "1"
 	}
-	args := make([]any, 0, 5+4*len(chunk))
-	args = append(args, len(chunk), s.wake, first.shard, first.shardCap, up)
-	for _, i := range chunk {
-		args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
+	calls := make([]call, len(chunks))
+	for c, chunk := range chunks {
+		first := preps[chunk[0]]
+		ks := ShardKeys(s.ns, first.shard)
+		args := make([]any, 0, 5+4*len(chunk))
+		args = append(args, len(chunk), s.wake, first.shard, first.shardCap, up)
+		for _, i := range chunk {
+			args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
+		}
+		calls[c] = call{enqueueManyScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters}, args}
 	}
-	return []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters}, args
+	return s.run(ctx, calls...)
+}
+
+// retry runs the retry script for message id of shard i (Producer.Retry).
+func (s *Store) retry(ctx context.Context, i int, id string, env []byte, mode string, arg any) ([]any, error) {
+	ks := ShardKeys(s.ns, i)
+	return s.run1(ctx, retryScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
+		id, env, mode, arg, s.wake, i).Slice()
 }
 
 // enqueueStatus maps the enqueue script's reply to (due, error).
