@@ -68,18 +68,11 @@ func (r *Registration) Start(ctx context.Context) error {
 	}
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.wg.Go(func() {
-		t := time.NewTicker(RegistrationTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := r.agent.UpdateTTLOpts(r.checkID, "claiming", api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx)); err != nil && ctx.Err() == nil {
-					r.log.Warn("renew consul health check", zap.String("check", r.checkID), zap.Error(err))
-				}
+		everyTick(ctx, RegistrationTTL/3, func() {
+			if err := r.agent.UpdateTTLOpts(r.checkID, "claiming", api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx)); err != nil && ctx.Err() == nil {
+				r.log.Warn("renew consul health check", zap.String("check", r.checkID), zap.Error(err))
 			}
-		}
+		})
 	})
 	r.log.Info("registered in consul", zap.String("service_id", id))
 	return nil
@@ -122,4 +115,19 @@ func Fleet(ctx context.Context, client *api.Client, ns string) ([]Member, error)
 			Status: e.Checks.AggregatedStatus()})
 	}
 	return out, nil
+}
+
+// everyTick calls f every period until ctx ends (the first call one
+// period after the start).
+func everyTick(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }

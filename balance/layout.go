@@ -111,18 +111,11 @@ func (l *Layout) Start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if l.opts.Drain {
 		l.wg.Go(func() {
-			t := time.NewTicker(l.opts.SettleEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
+			everyTick(ctx, l.opts.SettleEvery, func() {
 				if _, err := l.Settle(ctx); err != nil && ctx.Err() == nil {
 					l.log.Warn("sweep for messages of an older M; trying again later", zap.Error(err))
 				}
-			}
+			})
 		})
 	}
 	l.wg.Go(func() {
