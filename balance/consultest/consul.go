@@ -77,11 +77,9 @@ func StartConsulWith(opts Options) (*Consul, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ports [4]int
-	for i := range ports {
-		if ports[i], err = shardtest.FreePort(); err != nil {
-			return nil, err
-		}
+	ports, err := shardtest.FreePorts(4)
+	if err != nil {
+		return nil, err
 	}
 	c := &Consul{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Dir: dir}
 	c.args = []string{bin, "agent", "-dev", "-node", "delayq-test", "-bind", "127.0.0.1", "-client", "127.0.0.1",

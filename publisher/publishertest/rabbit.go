@@ -70,11 +70,9 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ports [4]int
-	for i := range ports {
-		if ports[i], err = shardtest.FreePort(); err != nil {
-			return nil, err
-		}
+	ports, err := shardtest.FreePorts(4)
+	if err != nil {
+		return nil, err
 	}
 	amqpPort, distPort, epmdPort := ports[0], ports[1], ports[2]
 	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort)
