@@ -136,7 +136,11 @@ func (f *fleet) consume(url string) {
 		}
 		var d <-chan amqp.Delivery
 		if err == nil {
-			d, err = ch.Consume(f.ns, "", true, false, false, false, nil)
+			// Manual acks, after recording: with auto-ack a broker killed
+			// right after writing a message to this socket counts it as
+			// consumed (and confirms it to the scanner) while the reset
+			// connection drops it unread.
+			d, err = ch.Consume(f.ns, "", false, false, false, false, nil)
 		}
 		if err != nil {
 			_ = conn.Close()
@@ -159,6 +163,7 @@ func (f *fleet) consume(url string) {
 				att, _ := msg.Headers[shard.HeaderAttempt].(int32)
 				f.got[msg.MessageId] = append(f.got[msg.MessageId], delivery{at: time.Now(), dueMs: due, attempt: att, body: string(msg.Body), raw: msg})
 				f.mu.Unlock()
+				_ = msg.Ack(false)
 			}
 			for { // the broker went away: reconnect
 				select {

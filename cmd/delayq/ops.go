@@ -27,6 +27,7 @@ import (
 type opsServer struct {
 	srv      *http.Server
 	ln       net.Listener
+	started  atomic.Bool // every part of the process has started (Started)
 	stopping atomic.Bool
 	log      *zap.Logger
 	served   sync.WaitGroup // the Serve goroutine
@@ -58,6 +59,9 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		var problems []string
+		if !o.started.Load() {
+			problems = append(problems, "starting")
+		}
 		if o.stopping.Load() {
 			problems = append(problems, "shutting down")
 		}
@@ -97,6 +101,11 @@ func (o *opsServer) Start(context.Context) error {
 	o.log.Info("serving /metrics, /healthz, /readyz", zap.String("addr", o.ln.Addr().String()))
 	return nil
 }
+
+// Started lets /readyz answer 200 (when Redis, RabbitMQ and M are fine):
+// the listener serves /metrics and /healthz from the start, but the
+// process is ready only once every part has started.
+func (o *opsServer) Started() { o.started.Store(true) }
 
 // Stopping makes /readyz answer 503 from now on.
 func (o *opsServer) Stopping() { o.stopping.Store(true) }

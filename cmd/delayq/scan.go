@@ -80,6 +80,14 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return ps.stop(sctx)
 	}
 	defer func() { _ = stop() }()
+	// SIGTERM while starting is a shutdown, not a failure.
+	startFailed := func(err error) int {
+		if ctx.Err() != nil {
+			e.log.Info("stopped while starting", zap.Error(err))
+			return exitOK
+		}
+		return e.fail("scan", err)
+	}
 	if err := ps.start(ctx, "publisher", pub); err != nil {
 		return e.fail("scan", err)
 	}
@@ -98,16 +106,16 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	}
 	layout, consul, err := e.layout(ctx, st, ps, true)
 	if err != nil {
-		return e.fail("scan", err)
+		return startFailed(err)
 	}
 	var ops *opsServer
 	var metrics *scanner.Metrics
 	if c.MetricsAddr != "off" {
 		if ops, metrics, err = newOps(c.MetricsAddr, rdb, st, layout, pub, e.log); err != nil {
-			return e.fail("scan", err)
+			return startFailed(err)
 		}
 		if err := ps.start(ctx, "ops listener", ops); err != nil {
-			return e.fail("scan", err)
+			return startFailed(err)
 		}
 	}
 	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
@@ -115,10 +123,10 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics,
 	})
 	if err != nil {
-		return e.fail("scan", err)
+		return startFailed(err)
 	}
 	if err := ps.start(ctx, "scanner", sc); err != nil {
-		return e.fail("scan", err)
+		return startFailed(err)
 	}
 	if consul != nil {
 		if err := ps.start(ctx, "consul registration", balance.NewRegistration(consul, c.Namespace, e.log)); err != nil {
@@ -126,8 +134,12 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	if ops != nil {
-		// Stopped first: readiness fails before anything else stops.
-		_ = ps.start(ctx, "readiness", partFuncs{stop: func(context.Context) error { ops.Stopping(); return nil }})
+		// Ready once everything has started; stopped first, so readiness
+		// fails before anything else stops.
+		_ = ps.start(ctx, "readiness", partFuncs{
+			start: func(context.Context) error { ops.Started(); return nil },
+			stop:  func(context.Context) error { ops.Stopping(); return nil },
+		})
 	}
 	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
 		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
