@@ -311,6 +311,7 @@ func (s *Scanner) Stop(ctx context.Context) error {
 		for i := len(s.stages) - 1; i >= 0; i-- {
 			s.stages[i].end()
 			s.stages[i].wg.Wait()
+			s.log.Debug("scanner stage stopped", zap.String("stage", s.stages[i].name))
 		}
 		close(done)
 	}()
