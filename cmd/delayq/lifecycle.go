@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"go.uber.org/zap"
 )
 
 // part is the lifecycle every long-lived part of a process shares
@@ -22,7 +20,6 @@ type part interface {
 // parts starts parts in order and stops the started ones in reverse, so
 // the shutdown order is written once: the start order, read backwards.
 type parts struct {
-	log     *zap.Logger
 	names   []string
 	started []part
 }
@@ -38,13 +35,12 @@ func (ps *parts) start(ctx context.Context, name string, p part) error {
 }
 
 // stop stops every started part, the last started first, and returns
-// their errors joined; a part that fails to stop does not keep the others
-// running.
+// their errors joined for the caller to report; a part that fails to stop
+// does not keep the others running.
 func (ps *parts) stop(ctx context.Context) error {
 	var errs []error
 	for i := len(ps.started) - 1; i >= 0; i-- {
 		if err := ps.started[i].Stop(ctx); err != nil {
-			ps.log.Warn("stop "+ps.names[i], zap.Error(err))
 			errs = append(errs, fmt.Errorf("stop %s: %w", ps.names[i], err))
 		}
 	}

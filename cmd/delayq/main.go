@@ -223,8 +223,13 @@ func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ps := &parts{log: e.log}
-	stop := func() { _ = ps.stop(context.WithoutCancel(ctx)); _ = rdb.Close() }
+	ps := &parts{}
+	stop := func() {
+		if err := ps.stop(context.WithoutCancel(ctx)); err != nil {
+			e.log.Warn("shutting down", zap.Error(err))
+		}
+		_ = rdb.Close()
+	}
 	l, _, err := e.layout(ctx, st, ps, false)
 	if err != nil {
 		stop()

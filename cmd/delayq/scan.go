@@ -73,13 +73,17 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	// they stop in reverse: readiness off, out of the Consul catalog, the
 	// scanner settles what it claimed, the ops listener, the layout and
 	// the Consul watch, the publisher. Redis closes last (deferred above).
-	ps := &parts{log: e.log}
+	ps := &parts{}
 	stop := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 		defer cancel()
 		return ps.stop(sctx)
 	}
-	defer func() { _ = stop() }()
+	defer func() { // after an early return; a second stop does nothing
+		if err := stop(); err != nil {
+			e.log.Warn("shutdown incomplete", zap.Error(err))
+		}
+	}()
 	// SIGTERM while starting is a shutdown, not a failure.
 	startFailed := func(err error) int {
 		if ctx.Err() != nil {
