@@ -2,7 +2,7 @@
 // the envelope codec, every Lua script with its Go wrapper (Store), and the
 // producer SDK (Producer). Nothing else in delayq builds a Redis key, and
 // only Store runs scripts, all through one path (Store.run: pipelined
-// EVALSHA, one reload and resend after NOSCRIPT).
+// EVALSHA, resent once by EVAL after NOSCRIPT).
 //
 // # Layout
 //

@@ -18,11 +18,12 @@ type call struct {
 // run is how every script runs: the calls go to Redis in one pipeline
 // (one round trip) by EVALSHA. Calls that Redis refused with NOSCRIPT
 // (its script cache was flushed: a restart, SCRIPT FLUSH) did not run, so
-// run loads every script and sends just those again, once. It returns one
-// command per call, each with its own result or error; a call refused
-// twice carries the NOSCRIPT error.
+// run sends just those again, once, by EVAL with the script's body, which
+// also puts the script back in the cache. EVAL needs no cache, so a flush
+// between the two round trips cannot refuse them again. It returns one
+// command per call, each with its own result or error.
 func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
-	cmds := s.send(ctx, calls)
+	cmds := s.send(ctx, calls, false)
 	var again []int
 	for j, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -32,34 +33,34 @@ func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
 	if len(again) == 0 {
 		return cmds
 	}
-	if err := s.Load(ctx); err != nil {
-		for _, j := range again {
-			cmds[j].SetErr(err)
-		}
-		return cmds
-	}
 	retry := make([]call, len(again))
 	for k, j := range again {
 		retry[k] = calls[j]
 	}
-	for k, c := range s.send(ctx, retry) {
+	for k, c := range s.send(ctx, retry, true) {
 		cmds[again[k]] = c
 	}
 	return cmds
 }
 
-// send pipelines calls by EVALSHA. One call goes without a pipeline.
-func (s *Store) send(ctx context.Context, calls []call) []*redis.Cmd {
+// send pipelines calls by EVALSHA, or by EVAL with the body when eval is
+// set. One call goes without a pipeline.
+func (s *Store) send(ctx context.Context, calls []call, eval bool) []*redis.Cmd {
+	one := func(c redis.Scripter, cl call) *redis.Cmd {
+		if eval {
+			return cl.script.Eval(ctx, c, cl.keys, cl.args...)
+		}
+		return cl.script.EvalSha(ctx, c, cl.keys, cl.args...)
+	}
 	if len(calls) == 1 {
-		c := calls[0]
-		return []*redis.Cmd{c.script.EvalSha(ctx, s.rdb, c.keys, c.args...)}
+		return []*redis.Cmd{one(s.rdb, calls[0])}
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	// Pipelined's own error is the first failed command's; each command
 	// carries its own, which the callers look at.
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, c := range calls {
-			cmds[j] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+			cmds[j] = one(p, c)
 		}
 		return nil
 	})
@@ -77,9 +78,9 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// Load loads every script into Redis's script cache. run does it by itself
-// when Redis has lost them; calling it at start makes the first calls
-// cheaper.
+// Load loads every script into Redis's script cache, so that the first
+// calls go by EVALSHA at once (run recovers by itself when Redis has lost
+// them).
 func (s *Store) Load(ctx context.Context) error {
 	for _, sc := range allScripts {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
