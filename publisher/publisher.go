@@ -52,11 +52,20 @@ func (e *ReturnedError) Error() string {
 // Is reports target == ErrReturned.
 func (e *ReturnedError) Is(target error) bool { return target == ErrReturned }
 
-// Message is one AMQP publish. It is always persistent and mandatory.
+// Message is one AMQP publish. It is always mandatory, and persistent
+// unless DeliveryMode is amqp.Transient.
 type Message struct {
 	Exchange, RoutingKey string
 	MessageID            string
 	ContentType          string
+	ContentEncoding      string
+	CorrelationID        string
+	ReplyTo              string
+	Expiration           string
+	Type                 string
+	AppID                string
+	Priority             uint8
+	DeliveryMode         uint8 // 0 means amqp.Persistent
 	Headers              amqp.Table
 	Body                 []byte
 	Timestamp            time.Time
@@ -606,13 +615,24 @@ func (c *channel) publish(ctx context.Context, m Message) (*Confirm, error) {
 	f := &Confirm{id: m.MessageID, done: make(chan struct{})}
 	c.pending[seq] = f
 	c.mu.Unlock()
+	mode := m.DeliveryMode
+	if mode == 0 {
+		mode = amqp.Persistent
+	}
 	err := ch.PublishWithContext(ctx, m.Exchange, m.RoutingKey, true, false, amqp.Publishing{
-		Headers:      m.Headers,
-		ContentType:  m.ContentType,
-		DeliveryMode: amqp.Persistent,
-		MessageId:    m.MessageID,
-		Timestamp:    m.Timestamp,
-		Body:         m.Body,
+		Headers:         m.Headers,
+		ContentType:     m.ContentType,
+		ContentEncoding: m.ContentEncoding,
+		CorrelationId:   m.CorrelationID,
+		ReplyTo:         m.ReplyTo,
+		Expiration:      m.Expiration,
+		Type:            m.Type,
+		AppId:           m.AppID,
+		Priority:        m.Priority,
+		DeliveryMode:    mode,
+		MessageId:       m.MessageID,
+		Timestamp:       m.Timestamp,
+		Body:            m.Body,
 	})
 	if err != nil {
 		c.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // TestRetrySchedule walks a message through a 3-step retry schedule: a
@@ -21,7 +22,7 @@ func TestRetrySchedule(t *testing.T) {
 	schedule := []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}
 	const id = "notify-upstream-7"
 	if _, err := f.prod.Enqueue(t.Context(), shard.Message{ID: id, Topic: "t", Body: []byte("payload"),
-		Headers: map[string]string{"tenant": "acme"}, ContentType: "text/plain", Retry: schedule}); err != nil {
+		Headers: amqp.Table{"tenant": "acme"}, ContentType: "text/plain", Retry: schedule}); err != nil {
 		t.Fatal(err)
 	}
 	var last time.Time

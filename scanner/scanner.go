@@ -547,9 +547,16 @@ func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Mess
 	}
 	h[shard.HeaderDueMs] = c.DueMs
 	h[shard.HeaderAttempt] = int32(c.Attempt)
+	p := env.Properties
+	ts := p.Timestamp
+	if ts.IsZero() {
+		ts = s.d.Now()
+	}
 	return publisher.Message{
 		Exchange: dest.Exchange, RoutingKey: dest.RoutingKey, MessageID: c.ID,
-		ContentType: env.ContentType, Headers: h, Body: env.Body, Timestamp: s.d.Now(),
+		ContentType: env.ContentType, ContentEncoding: p.ContentEncoding, CorrelationID: p.CorrelationID,
+		ReplyTo: p.ReplyTo, Expiration: p.Expiration, Type: p.Type, AppID: p.AppID, Priority: p.Priority,
+		DeliveryMode: p.DeliveryMode, Headers: h, Body: env.Body, Timestamp: ts,
 	}, nil, nil
 }
 

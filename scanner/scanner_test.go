@@ -224,7 +224,7 @@ func TestDeliversOnTimeNeverEarly(t *testing.T) {
 		id := fmt.Sprintf("order-%d", i)
 		ids = append(ids, id)
 		m := shard.Message{ID: id, Body: []byte("cancel " + id), Delay: time.Duration(i%100) * 20 * time.Millisecond,
-			Headers: map[string]string{"tenant": "acme"}, ContentType: "text/plain"}
+			Headers: amqp.Table{"tenant": "acme"}, ContentType: "text/plain"}
 		if i%2 == 0 {
 			m.Topic = "t"
 		} else {

@@ -2,11 +2,15 @@ package shard_test
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/delayq/delayq/shard"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func sampleEnvelope() shard.Envelope {
@@ -34,6 +38,100 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, e) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, e)
+		}
+	}
+}
+
+// everyType is a header table with one value of every AMQP field type,
+// nested tables and arrays included, normalized as Message does it.
+func everyType() []shard.Header {
+	return []shard.Header{
+		{Key: "array", Value: []any{"a", int32(1), []any{true}, amqp.Table{"in": int8(-1)}}},
+		{Key: "bool", Value: true},
+		{Key: "bytes", Value: []byte{0, 1, 0xff}},
+		{Key: "decimal", Value: amqp.Decimal{Scale: 2, Value: -1234}},
+		{Key: "float32", Value: float32(1.5)},
+		{Key: "float64", Value: math.Inf(-1)},
+		{Key: "int16", Value: int16(math.MinInt16)},
+		{Key: "int32", Value: int32(math.MaxInt32)},
+		{Key: "int64", Value: int64(math.MinInt64)},
+		{Key: "int8", Value: int8(-128)},
+		{Key: "string", Value: "caf\u00e9"},
+		{Key: "table", Value: amqp.Table{"deep": amqp.Table{"deeper": "x"}, "n": uint16(7)}},
+		{Key: "timestamp", Value: time.Unix(1700000000, 0).UTC()},
+		{Key: "uint16", Value: uint16(math.MaxUint16)},
+		{Key: "uint32", Value: uint32(math.MaxUint32)},
+		{Key: "uint8", Value: uint8(255)},
+		{Key: "void", Value: nil},
+	}
+}
+
+func v2Envelope() shard.Envelope {
+	e := sampleEnvelope()
+	e.Headers = everyType()
+	e.Properties = shard.Properties{ContentEncoding: "gzip", CorrelationID: "c-1", ReplyTo: "replies",
+		Expiration: "60000", Type: "order.cancelled", AppID: "shop", Priority: 9, DeliveryMode: 1,
+		Timestamp: time.Unix(1600000000, 0).UTC()}
+	return e
+}
+
+func TestEnvelopeV2RoundTrip(t *testing.T) {
+	onlyProps := sampleEnvelope()
+	onlyProps.Properties.CorrelationID = "c"
+	onlyTyped := sampleEnvelope()
+	onlyTyped.Headers = []shard.Header{{Key: "n", Value: int64(1)}}
+	for _, e := range []shard.Envelope{v2Envelope(), onlyProps, onlyTyped} {
+		b := shard.AppendEnvelope(nil, &e)
+		if b[0] != 2 {
+			t.Fatalf("format version %d, want 2", b[0])
+		}
+		got, err := shard.DecodeEnvelope(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, e) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, e)
+		}
+	}
+}
+
+// A v1 envelope, as the previous release wrote it, still decodes; and
+// AppendEnvelope still writes v1 when v1 holds everything, so scanners of
+// the previous release read it.
+func TestEnvelopeV1StillReadAndWritten(t *testing.T) {
+	old, _ := hex.DecodeString("01f6a1abfef9620c6f726465722e63616e63656c0000106170706c69636174696f6e2f6a736f6e" +
+		"020674656e616e740461636d65057472616365036162630c7b226f72646572223a34327d")
+	got, err := shard.DecodeEnvelope(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sampleEnvelope(); !reflect.DeepEqual(got, want) {
+		t.Errorf("v1 decoded as %+v, want %+v", got, want)
+	}
+	if again := shard.AppendEnvelope(nil, &got); !bytes.Equal(again, old) {
+		t.Errorf("re-encoded as %x, want the v1 bytes %x", again, old)
+	}
+}
+
+func TestDecodeEnvelopeV2Rejects(t *testing.T) {
+	e := v2Envelope()
+	good := shard.AppendEnvelope(nil, &e)
+	v1 := sampleEnvelope()
+	v1b := shard.AppendEnvelope(nil, &v1)
+	asV2 := append([]byte{2}, v1b[1:]...) // v1 content under the v2 byte: no mask
+	for name, b := range map[string][]byte{
+		"truncated":      good[:len(good)-1],
+		"trailing":       append(append([]byte{}, good...), 0),
+		"v1 content":     asV2,
+		"unknown tag":    bytes.Replace(good, []byte("\x04voidV"), []byte("\x04voidZ"), 1),
+		"bool byte 2":    bytes.Replace(good, []byte("\x04boolt\x01"), []byte("\x04boolt\x02"), 1),
+		"unsorted table": bytes.Replace(good, []byte("\x04deep"), []byte("\x04zeep"), 1),
+	} {
+		if bytes.Equal(b, good) {
+			t.Fatalf("%s: the mutation did not apply", name)
+		}
+		if _, err := shard.DecodeEnvelope(b); !errors.Is(err, shard.ErrCorrupt) {
+			t.Errorf("%s: err = %v, want ErrCorrupt", name, err)
 		}
 	}
 }
@@ -67,6 +165,8 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add(shard.AppendEnvelope(nil, &e))
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	v2 := v2Envelope()
+	f.Add(shard.AppendEnvelope(nil, &v2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := shard.DecodeEnvelope(b)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // LineError is a JSON Lines input line that was rejected. Reading goes on
@@ -26,16 +28,27 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // jsonLine is one input line. Unknown fields are rejected.
 type jsonLine struct {
-	ID          string            `json:"id"`
-	Topic       string            `json:"topic"`
-	Exchange    string            `json:"exchange"`
-	RoutingKey  string            `json:"routing_key"`
-	DelayMs     *int64            `json:"delay_ms"`
-	AtMs        *int64            `json:"at_ms"`
-	Headers     map[string]string `json:"headers"`
-	Body        *string           `json:"body"`
-	BodyBase64  *string           `json:"body_base64"`
-	ContentType string            `json:"content_type"`
+	ID          string                     `json:"id"`
+	Topic       string                     `json:"topic"`
+	Exchange    string                     `json:"exchange"`
+	RoutingKey  string                     `json:"routing_key"`
+	DelayMs     *int64                     `json:"delay_ms"`
+	AtMs        *int64                     `json:"at_ms"`
+	Headers     map[string]json.RawMessage `json:"headers"`
+	Body        *string                    `json:"body"`
+	BodyBase64  *string                    `json:"body_base64"`
+	ContentType string                     `json:"content_type"`
+	Retry       []string                   `json:"retry"`
+
+	ContentEncoding string `json:"content_encoding"`
+	CorrelationID   string `json:"correlation_id"`
+	ReplyTo         string `json:"reply_to"`
+	Expiration      string `json:"expiration"`
+	Type            string `json:"type"`
+	AppID           string `json:"app_id"`
+	Priority        uint8  `json:"priority"`
+	DeliveryMode    uint8  `json:"delivery_mode"`
+	Timestamp       int64  `json:"timestamp"`
 }
 
 // LineReader reads messages in JSON Lines form, one object a line:
@@ -43,8 +56,11 @@ type jsonLine struct {
 //	{"id":"order-42","topic":"order.cancel","delay_ms":1800000,"body":"..."}
 //
 // Fields: id; topic, or exchange and routing_key; delay_ms or at_ms (unix
-// ms); headers (object of strings); body (text) or body_base64;
-// content_type. Blank lines are skipped.
+// ms); headers (an object of typed values: see ParseJSONValue); body
+// (text) or body_base64; content_type; retry (a schedule: ["15s","3m"]);
+// the AMQP properties content_encoding, correlation_id, reply_to,
+// expiration, type, app_id, priority, delivery_mode and timestamp (unix
+// seconds). Blank lines are skipped.
 type LineReader struct {
 	r       *bufio.Reader
 	line    int
@@ -148,7 +164,32 @@ func ParseLine(raw []byte) (Message, error) {
 		return Message{}, errors.New("invalid JSON: more than one value on the line")
 	}
 	m := Message{ID: l.ID, Topic: l.Topic, Exchange: l.Exchange, RoutingKey: l.RoutingKey,
-		Headers: l.Headers, ContentType: l.ContentType}
+		ContentType: l.ContentType, Properties: Properties{ContentEncoding: l.ContentEncoding,
+			CorrelationID: l.CorrelationID, ReplyTo: l.ReplyTo, Expiration: l.Expiration, Type: l.Type,
+			AppID: l.AppID, Priority: l.Priority, DeliveryMode: l.DeliveryMode}}
+	if l.Timestamp != 0 {
+		if l.Timestamp < 0 || l.Timestamp > maxTimestamp {
+			return Message{}, invalid("timestamp", "%d is not unix seconds in 1970..9999", l.Timestamp)
+		}
+		m.Properties.Timestamp = time.Unix(l.Timestamp, 0).UTC()
+	}
+	if l.Headers != nil {
+		m.Headers = make(amqp.Table, len(l.Headers))
+		for k, raw := range l.Headers {
+			v, err := ParseJSONValue("headers["+k+"]", raw)
+			if err != nil {
+				return Message{}, err
+			}
+			m.Headers[k] = v
+		}
+	}
+	for i, f := range l.Retry {
+		d, err := time.ParseDuration(f)
+		if err != nil {
+			return Message{}, invalid(fmt.Sprintf("retry[%d]", i), "%q is not a duration such as \"15s\" or \"3m\"", f)
+		}
+		m.Retry = append(m.Retry, d)
+	}
 	switch {
 	case l.DelayMs != nil && l.AtMs != nil:
 		return Message{}, invalid("delay_ms", "give delay_ms or at_ms, not both")
@@ -203,16 +244,17 @@ func jsonError(err error) error {
 		want := "another kind of value"
 		switch te.Type.Kind() {
 		case reflect.Map:
-			want = "an object of strings"
+			want = "an object"
 		case reflect.String:
 			want = "a string"
 		case reflect.Int64, reflect.Int:
 			want = "a whole number"
+		case reflect.Uint8:
+			want = "a whole number in [0, 255]"
+		case reflect.Slice:
+			want = "an array of strings"
 		}
 		field := te.Field
-		if field == "headers" { // a value of the object that is not a string
-			want = "an object of strings"
-		}
 		if field == "" {
 			return fmt.Errorf("invalid JSON: want an object, got %s", article(te.Value))
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Sentinel errors returned (wrapped) by Producer and Store. Test with errors.Is.
@@ -46,11 +48,10 @@ func invalid(field, format string, args ...any) error {
 
 // Limits of a message. Exceeding one is an ErrInvalid.
 const (
-	MaxIDLen     = 256  // bytes
-	MaxNameLen   = 255  // topic, exchange, routing key, content type, header key (AMQP short string)
-	MaxHeaders   = 64   // producer headers per message
-	MaxHeaderLen = 4096 // bytes of one header value
-	MaxDelay     = 100 * 365 * 24 * time.Hour
+	MaxIDLen   = 256 // bytes
+	MaxNameLen = 255 // topic, exchange, routing key, content type, header key (AMQP short string)
+	MaxHeaders = 64  // producer headers per message (top level; see MaxHeaderBytes)
+	MaxDelay   = 100 * 365 * 24 * time.Hour
 	// DefaultMaxBody is the default body limit (ProducerOptions.MaxBody).
 	DefaultMaxBody = 1 << 20
 	// ReservedHeaderPrefix starts the headers delayq sets itself; producers
@@ -78,9 +79,16 @@ type Message struct {
 	Exchange   string
 	RoutingKey string
 
-	Headers     map[string]string // AMQP headers; keys may not start with "x-delayq-"
+	// Headers are AMQP headers with typed values (strings, the integer
+	// widths, floats, booleans, amqp.Decimal, time.Time, []byte, nested
+	// amqp.Table and []any: see FormatValue's table); each keeps its AMQP
+	// type to the consumer. Keys may not start with "x-delayq-".
+	Headers     amqp.Table
 	ContentType string
-	Body        []byte
+	// Properties are the other AMQP basic properties to publish with
+	// (correlation_id, reply_to, priority, …).
+	Properties Properties
+	Body       []byte
 
 	// When: At if it is non-zero (a time in the past means "now"), else
 	// Delay after the Redis server's clock reads the enqueue (so producer
@@ -113,6 +121,10 @@ const (
 	// HeaderRetryStep: 0 for the original delivery, n for the n-th retry.
 	HeaderRetryStep = "x-delayq-retry-step"
 )
+
+// ValidateID checks a message id: 1..MaxIDLen bytes of UTF-8 without
+// control characters. The error is an *InvalidError for the field "id".
+func ValidateID(id string) error { return validateID(id) }
 
 // validateID checks a message id.
 func validateID(id string) error {
@@ -182,24 +194,12 @@ func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
 	if len(m.Body) > maxBody {
 		return Envelope{}, invalid("body", "%d bytes, more than the limit of %d", len(m.Body), maxBody)
 	}
-	if len(m.Headers) > MaxHeaders {
-		return Envelope{}, invalid("headers", "%d headers, more than %d", len(m.Headers), MaxHeaders)
+	if err := m.Properties.validate(); err != nil {
+		return Envelope{}, err
 	}
-	hs := make([]Header, 0, len(m.Headers))
-	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
-		v := m.Headers[k]
-		field := "headers[" + k + "]"
-		switch {
-		case k == "":
-			return Envelope{}, invalid("headers", "empty header name")
-		case strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix):
-			return Envelope{}, invalid(field, "names starting with %q are reserved for delayq", ReservedHeaderPrefix)
-		case len(k) > MaxNameLen || !utf8.ValidString(k):
-			return Envelope{}, invalid(field, "name must be valid UTF-8 of at most %d bytes", MaxNameLen)
-		case len(v) > MaxHeaderLen || !utf8.ValidString(v):
-			return Envelope{}, invalid(field, "value must be valid UTF-8 of at most %d bytes", MaxHeaderLen)
-		}
-		hs = append(hs, Header{Key: k, Value: v})
+	hs, err := headerList(m.Headers, false)
+	if err != nil {
+		return Envelope{}, err
 	}
 	if len(m.Retry) > 0 {
 		if len(m.Retry) > MaxRetrySteps {
@@ -214,8 +214,68 @@ func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
 		}
 		hs = withRetryHeaders(hs, strings.Join(parts, ","), 0)
 	}
+	p := m.Properties
+	if !p.Timestamp.IsZero() {
+		p.Timestamp = time.Unix(p.Timestamp.Unix(), 0).UTC()
+	}
 	return Envelope{
 		Topic: m.Topic, Exchange: m.Exchange, RoutingKey: m.RoutingKey, ContentType: m.ContentType,
-		Headers: hs, Body: m.Body, EnqueuedMs: now.UnixMilli(),
+		Properties: p, Headers: hs, Body: m.Body, EnqueuedMs: now.UnixMilli(),
 	}, nil
+}
+
+// headerList checks a message's headers and returns them sorted, with
+// normalized values. reservedOK lets x-delayq-* names through (Retry
+// carries a delivery's own).
+func headerList(t amqp.Table, reservedOK bool) ([]Header, error) {
+	if len(t) > MaxHeaders {
+		return nil, invalid("headers", "%d headers, more than %d", len(t), MaxHeaders)
+	}
+	hs := make([]Header, 0, len(t))
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		field := "headers[" + k + "]"
+		if k == "" {
+			return nil, invalid("headers", "empty header name")
+		}
+		if err := validateFieldName(field, k); err != nil {
+			return nil, err
+		}
+		if !reservedOK && strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
+			return nil, invalid(field, "names starting with %q are reserved for delayq", ReservedHeaderPrefix)
+		}
+		v, err := normalizeValue(field, t[k], 0)
+		if err != nil {
+			return nil, err
+		}
+		size += len(k) + len(appendValue(nil, v))
+		if size > MaxHeaderBytes {
+			return nil, invalid("headers", "more than %d bytes encoded (at %s)", MaxHeaderBytes, field)
+		}
+		hs = append(hs, Header{Key: k, Value: v})
+	}
+	return hs, nil
+}
+
+// validate checks the properties AMQP or RabbitMQ constrain.
+func (p Properties) validate() error {
+	for i, s := range p.strings() {
+		name := [...]string{"content_encoding", "correlation_id", "reply_to", "expiration", "type", "app_id"}[i]
+		if err := validateName(name, *s); err != nil {
+			return err
+		}
+	}
+	if e := p.Expiration; e != "" {
+		// RabbitMQ closes the channel on any other expiration.
+		if len(e) > 10 || strings.Trim(e, "0123456789") != "" {
+			return invalid("expiration", "%q is not a whole number of milliseconds", e)
+		}
+	}
+	if p.DeliveryMode > 2 {
+		return invalid("delivery_mode", "%d, want 1 (transient) or 2 (persistent)", p.DeliveryMode)
+	}
+	if t := p.Timestamp; !t.IsZero() && (t.Unix() < 0 || t.Unix() > maxTimestamp) {
+		return invalid("timestamp", "%s is outside 1970..9999", t.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Delivery is what Retry needs of a message a consumer received: an AMQP
@@ -18,7 +20,26 @@ type Delivery struct {
 	RoutingKey  string
 	Headers     map[string]any
 	ContentType string
+	Properties  Properties
 	Body        []byte
+}
+
+// DeliveryOf takes what Retry needs from an amqp091-go delivery: its
+// exchange, routing key, headers, body and every property Properties has.
+func DeliveryOf(d amqp.Delivery) Delivery {
+	return Delivery{
+		MessageID: d.MessageId, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Headers: d.Headers,
+		ContentType: d.ContentType, Body: d.Body, Properties: PropertiesOf(d.ContentEncoding, d.CorrelationId,
+			d.ReplyTo, d.Expiration, d.Type, d.AppId, d.Priority, d.DeliveryMode, d.Timestamp),
+	}
+}
+
+// PropertiesOf gathers AMQP basic properties, as amqp091-go names them.
+func PropertiesOf(contentEncoding, correlationID, replyTo, expiration, typ, appID string,
+	priority, deliveryMode uint8, timestamp time.Time) Properties {
+	return Properties{ContentEncoding: contentEncoding, CorrelationID: correlationID, ReplyTo: replyTo,
+		Expiration: expiration, Type: typ, AppID: appID, Priority: priority, DeliveryMode: deliveryMode,
+		Timestamp: timestamp}
 }
 
 // RetryOutcome says what Retry did.
@@ -53,23 +74,23 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 	for _, f := range strings.Split(sched, ",") {
 		dl, err := time.ParseDuration(f)
 		if err != nil || dl <= 0 {
-			return RetryOutcome{}, fmt.Errorf("retry %q: header %s = %q: bad step %q", d.MessageID, HeaderRetry, sched, f)
+			return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, invalid("headers["+HeaderRetry+"]", "%q: bad step %q", sched, f))
 		}
 		delays = append(delays, dl)
 	}
 	step, err := strconv.Atoi(fmt.Sprint(d.Headers[HeaderRetryStep]))
 	if err != nil || step < 0 {
-		return RetryOutcome{}, fmt.Errorf("retry %q: header %s = %v: not a step number", d.MessageID, HeaderRetryStep, d.Headers[HeaderRetryStep])
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, invalid("headers["+HeaderRetryStep+"]", "%v is not a step number", d.Headers[HeaderRetryStep]))
 	}
 	m := Message{ID: d.MessageID, Exchange: d.Exchange, RoutingKey: d.RoutingKey, ContentType: d.ContentType,
-		Body: d.Body, Headers: map[string]string{}}
+		Properties: d.Properties, Body: d.Body, Headers: amqp.Table{}}
 	for k, v := range d.Headers {
 		if !strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
-			m.Headers[k] = fmt.Sprint(v)
+			m.Headers[k] = v
 		}
 	}
 	if m.Exchange == "" && m.RoutingKey == "" {
-		return RetryOutcome{}, fmt.Errorf("retry %q: the delivery says neither exchange nor routing key", d.MessageID)
+		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, invalid("destination", "the delivery says neither exchange nor routing key"))
 	}
 	env, err := m.envelope(p.maxBody, p.now())
 	if err != nil {

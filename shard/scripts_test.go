@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/shard"
@@ -539,8 +540,21 @@ func TestValidation(t *testing.T) {
 		"absurd at":       {func(m *shard.Message) { m.At = time.Unix(5, 0) }, "at"},
 		"far at":          {func(m *shard.Message) { m.At = time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC) }, "at"},
 		"big body":        {func(m *shard.Message) { m.Body = make([]byte, shard.DefaultMaxBody+1) }, "body"},
-		"reserved header": {func(m *shard.Message) { m.Headers = map[string]string{"X-DelayQ-Attempt": "1"} }, "headers[X-DelayQ-Attempt]"},
-		"empty header":    {func(m *shard.Message) { m.Headers = map[string]string{"": "v"} }, "headers"},
+		"reserved header": {func(m *shard.Message) { m.Headers = amqp.Table{"X-DelayQ-Attempt": "1"} }, "headers[X-DelayQ-Attempt]"},
+		"empty header":    {func(m *shard.Message) { m.Headers = amqp.Table{"": "v"} }, "headers"},
+		"uint64 header":   {func(m *shard.Message) { m.Headers = amqp.Table{"n": uint64(1)} }, "headers[n]"},
+		"deep header": {func(m *shard.Message) {
+			var v any = "x"
+			for range shard.MaxHeaderDepth + 1 {
+				v = []any{v}
+			}
+			m.Headers = amqp.Table{"d": v}
+		}, "headers[d]" + strings.Repeat("[0]", shard.MaxHeaderDepth)},
+		"huge headers": {func(m *shard.Message) {
+			m.Headers = amqp.Table{"a": strings.Repeat("x", shard.MaxHeaderBytes)}
+		}, "headers"},
+		"bad expiration":  {func(m *shard.Message) { m.Properties.Expiration = "1.5" }, "expiration"},
+		"delivery mode 3": {func(m *shard.Message) { m.Properties.DeliveryMode = 3 }, "delivery_mode"},
 		"no destination":  {func(m *shard.Message) { m.Topic = "" }, "destination"},
 		"both":            {func(m *shard.Message) { m.Exchange = "x" }, "destination"},
 		"long topic":      {func(m *shard.Message) { m.Topic = strings.Repeat("t", 256) }, "topic"},

@@ -176,7 +176,7 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int, withCo
 		msgs[i] = shard.Message{
 			ID: fmt.Sprintf("order-%d-cancel", i), Topic: topic, ContentType: "application/json",
 			Body:    []byte(fmt.Sprintf(`{"order":%d,"action":"cancel-unpaid"}`, i)),
-			Headers: map[string]string{"tenant": "demo"},
+			Headers: amqp.Table{"tenant": "demo"},
 			Delay:   time.Second + time.Duration(rand.Int64N(int64(9*time.Second))),
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func enqueueCommand() command {
@@ -20,7 +21,7 @@ func enqueueCommand() command {
 }
 
 // headerFlag collects repeated --header k=v.
-type headerFlag map[string]string
+type headerFlag amqp.Table
 
 func (h headerFlag) String() string { return "" }
 
@@ -90,7 +91,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	m := shard.Message{ID: o.id, Topic: o.topic, Exchange: o.exchange, RoutingKey: o.routingKey,
-		Headers: o.headers, ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay}
+		Headers: amqp.Table(o.headers), ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay}
 	switch {
 	case set["delay"] && set["at"]:
 		fmt.Fprintln(e.stderr, "delayq enqueue: give --delay or --at, not both")

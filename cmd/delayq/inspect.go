@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -31,15 +33,44 @@ type inspectView struct {
 	Attempts  int         `json:"attempts"`
 	// Attempt is the x-delayq-attempt of the delivery under way (in
 	// flight) or of the next one (scheduled); 0 when unknown or dead.
-	Attempt     int               `json:"attempt,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	Topic       string            `json:"topic,omitempty"`
-	Exchange    string            `json:"exchange,omitempty"`
-	RoutingKey  string            `json:"routing_key,omitempty"`
-	ContentType string            `json:"content_type,omitempty"`
-	Headers     map[string]string `json:"headers,omitempty"`
-	BodyBytes   int               `json:"body_bytes"`
-	Corrupt     string            `json:"corrupt,omitempty"`
+	Attempt     int            `json:"attempt,omitempty"`
+	Reason      string         `json:"reason,omitempty"`
+	Topic       string         `json:"topic,omitempty"`
+	Exchange    string         `json:"exchange,omitempty"`
+	RoutingKey  string         `json:"routing_key,omitempty"`
+	ContentType string         `json:"content_type,omitempty"`
+	Properties  map[string]any `json:"properties,omitempty"`
+	// Headers are typed: see shard.ParseJSONValue for the form.
+	Headers   map[string]any `json:"headers,omitempty"`
+	BodyBytes int            `json:"body_bytes"`
+	Corrupt   string         `json:"corrupt,omitempty"`
+	// text renders Headers for the table view.
+	text map[string]string
+}
+
+// propertiesView lists the AMQP properties that are set, with the names
+// JSON lines use.
+func propertiesView(p shard.Properties) map[string]any {
+	out := map[string]any{}
+	for k, v := range map[string]string{"content_encoding": p.ContentEncoding, "correlation_id": p.CorrelationID,
+		"reply_to": p.ReplyTo, "expiration": p.Expiration, "type": p.Type, "app_id": p.AppID} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	if p.Priority != 0 {
+		out["priority"] = p.Priority
+	}
+	if p.DeliveryMode != 0 {
+		out["delivery_mode"] = p.DeliveryMode
+	}
+	if !p.Timestamp.IsZero() {
+		out["timestamp"] = p.Timestamp.Unix()
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func runInspect(ctx context.Context, e *env, args []string) int {
@@ -72,10 +103,12 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	}
 	if env := info.Envelope; env != nil {
 		v.Topic, v.Exchange, v.RoutingKey, v.ContentType, v.BodyBytes = env.Topic, env.Exchange, env.RoutingKey, env.ContentType, len(env.Body)
+		v.Properties = propertiesView(env.Properties)
 		if len(env.Headers) > 0 {
-			v.Headers = map[string]string{}
+			v.Headers, v.text = map[string]any{}, map[string]string{}
 			for _, h := range env.Headers {
-				v.Headers[h.Key] = h.Value
+				v.Headers[h.Key] = shard.JSONValue(h.Value)
+				v.text[h.Key] = shard.FormatValue(h.Value)
 			}
 		}
 	}
@@ -128,13 +161,11 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	row("exchange", v.Exchange)
 	row("routing key", v.RoutingKey)
 	row("content type", v.ContentType)
-	keys := make([]string, 0, len(v.Headers))
-	for k := range v.Headers {
-		keys = append(keys, k)
+	for _, k := range slices.Sorted(maps.Keys(v.Properties)) {
+		row(strings.ReplaceAll(k, "_", " "), fmt.Sprint(v.Properties[k]))
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		row("header "+k, v.Headers[k])
+	for _, k := range slices.Sorted(maps.Keys(v.text)) {
+		row("header "+k, v.text[k])
 	}
 	if info.Envelope != nil {
 		row("body", fmt.Sprintf("%d bytes", v.BodyBytes))
