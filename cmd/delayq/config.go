@@ -21,6 +21,7 @@ import (
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/ingress"
 )
 
 // envPrefix prefixes every variable: DELAYQ_REDIS_ADDRS, ...
@@ -61,6 +62,8 @@ type Config struct {
 	MaxPending      int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
+	Ingress         string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
+	IngressPrefetch int           `envconfig:"INGRESS_PREFETCH" default:"256" desc:"scan: ingress deliveries held unacked per queue, and so the largest Redis write"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
 	MetricsAddr     string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -211,11 +214,42 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_MAX_REFUSALS: %d, want 1 to 1000", envPrefix, c.MaxRefusals)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
+	case c.IngressPrefetch < 1 || c.IngressPrefetch > 65535:
+		return fmt.Errorf("%s_INGRESS_PREFETCH: %d, want 1 to 65535", envPrefix, c.IngressPrefetch)
+	}
+	if _, err := c.ingressRoutes(); err != nil {
+		return err
 	}
 	if err := c.scannerConfig().Validate(); err != nil {
 		return fmt.Errorf("scanner settings: %w", err)
 	}
 	return nil
+}
+
+// ingressRoutes parses DELAYQ_INGRESS: queue=exchange pairs separated by
+// commas. A queue name may not hold "=" or ",".
+func (c Config) ingressRoutes() ([]ingress.Route, error) {
+	if strings.TrimSpace(c.Ingress) == "" {
+		return nil, nil
+	}
+	var routes []ingress.Route
+	seen := map[string]bool{}
+	for i, entry := range strings.Split(c.Ingress, ",") {
+		entry = strings.TrimSpace(entry)
+		q, x, ok := strings.Cut(entry, "=")
+		q, x = strings.TrimSpace(q), strings.TrimSpace(x)
+		switch {
+		case !ok || q == "":
+			return nil, fmt.Errorf("%s_INGRESS entry %d %q: want queue=exchange (exchange may be empty: the default exchange)", envPrefix, i+1, entry)
+		case len(q) > shard.MaxNameLen || len(x) > shard.MaxNameLen:
+			return nil, fmt.Errorf("%s_INGRESS entry %d: names are at most %d bytes", envPrefix, i+1, shard.MaxNameLen)
+		case seen[q]:
+			return nil, fmt.Errorf("%s_INGRESS entry %d: queue %q is listed twice", envPrefix, i+1, q)
+		}
+		seen[q] = true
+		routes = append(routes, ingress.Route{Queue: q, Exchange: x})
+	}
+	return routes, nil
 }
 
 func (c Config) scannerConfig() scanner.Config {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/delayq/delayq/balance/consultest"
 	"github.com/delayq/delayq/publisher/publishertest"
 	"github.com/delayq/delayq/shard/shardtest"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // TestRabbitDefinitionsServeTheExampleRoutes: a RabbitMQ node that loads
@@ -58,11 +60,26 @@ func TestRabbitDefinitionsServeTheExampleRoutes(t *testing.T) {
 		}
 	}
 
-	w.scan("DELAYQ_AMQP_URL=" + node.URL)
+	w.scan("DELAYQ_AMQP_URL="+node.URL, "DELAYQ_INGRESS=delayq.ingress.orders=orders")
 	for _, m := range [][]string{{"cancel-1", "order.cancel"}, {"trial-1", "trial.end"}, {"paid-1", "order.paid"}} {
 		if _, e, code := w.delayq("", "enqueue", "--id", m[0], "--topic", m[1], "--delay", "0s"); code != 0 {
 			t.Fatal(e)
 		}
+	}
+	// The ingress: the publish-only producer user publishes to
+	// orders.delayed as it did to a delayed-message exchange; a good
+	// message reaches order-cancel, a bad one the ingress's dead letters.
+	shop := strings.Replace(node.URL, "delayq:CHANGE-ME", "shop:CHANGE-ME", 1)
+	conn, err := amqp.Dial(shop)
+	must(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	must(t, err)
+	for _, p := range []amqp.Publishing{
+		{MessageId: "ingress-1", Headers: amqp.Table{"x-delay": int32(100)}},
+		{MessageId: "ingress-bad", Headers: amqp.Table{"x-delay": "soon"}},
+	} {
+		must(t, ch.PublishWithContext(context.Background(), "orders.delayed", "order.cancel.unpaid", false, false, p))
 	}
 	var out string
 	shardtest.WaitFor(t, 60*time.Second, func() bool {
@@ -74,8 +91,9 @@ func TestRabbitDefinitionsServeTheExampleRoutes(t *testing.T) {
 			}
 		}
 		// order.cancel by its route, order.paid through the default topic
-		// exchange (bound with order.#), trial.end by the default exchange.
-		return counts["order-cancel"] == "2" && counts["trial-reminders"] == "1"
+		// exchange (bound with order.#), trial.end by the default exchange,
+		// ingress-1 through the ingress.
+		return counts["order-cancel"] == "3" && counts["trial-reminders"] == "1" && counts["delayq.ingress.dead"] == "1"
 	}, func() string {
 		st, _, _ := w.delayq("", "dead", "list")
 		return "queues:\n" + out + "\ndead:\n" + st

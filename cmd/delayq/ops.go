@@ -25,6 +25,7 @@ import (
 
 // opsServer serves /metrics, /healthz and /readyz for a scanner.
 type opsServer struct {
+	reg      *prometheus.Registry // for the parts that add metrics (the ingress)
 	srv      *http.Server
 	ln       net.Listener
 	started  atomic.Bool // every part of the process has started (Started)
@@ -53,7 +54,7 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 		}
 		return 0
 	}))
-	o := &opsServer{log: log.Named("ops")}
+	o := &opsServer{reg: reg, log: log.Named("ops")}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(o.log)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

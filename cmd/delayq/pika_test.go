@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,76 @@ func TestPythonConsumerReadsWhatDelayqPublishes(t *testing.T) {
 		if m["content_type"] != "application/json" || m["delivery_mode"] != json.Number("2") || !strings.HasPrefix(m["body"].(string), `{"n":`) {
 			t.Errorf("%s: properties or body: %v", id, m)
 		}
+	}
+}
+
+// pikaProducer publishes to the ingress exchange the way a plugin user's
+// Python service does: x-delay as an int, and headers of every type pika
+// can write (it has no float type), with properties.
+const pikaProducer = `
+import datetime, decimal, sys, pika
+url, exchange = sys.argv[1], sys.argv[2]
+conn = pika.BlockingConnection(pika.URLParameters(url))
+ch = conn.channel()
+ch.confirm_delivery()
+headers = {
+    "x-delay": 500, "tenant": "acme", "small": -7, "big": 12345678901, "flag": True,
+    "price": decimal.Decimal("12.34"), "when": datetime.datetime(2023, 11, 14, 22, 13, 20),
+    "meta": {"region": "eu", "n": 3}, "tags": ["a", 1, False], "raw": b"\x00\x01", "nothing": None,
+}
+props = pika.BasicProperties(message_id="py-order-1", content_type="application/json", correlation_id="c-py",
+    priority=3, app_id="shop-py", type="order.cancel", delivery_mode=2, headers=headers)
+ch.basic_publish(exchange, "rk", b'{"order":1}', props)
+ch.basic_publish(exchange, "rk", b"now", pika.BasicProperties(message_id="py-order-2", headers={"x-delay": "250"}))
+conn.close()
+`
+
+// TestPythonProducerThroughIngress: a producer written with python3-pika
+// publishes to the ingress exchange with x-delay (int and string forms)
+// and typed headers; the consumer receives each header with the AMQP
+// type pika wrote, the properties, and no x-delay, after the delay.
+func TestPythonProducerThroughIngress(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import pika").Run(); err != nil {
+		shardtest.Require(t, fmt.Errorf("python3-pika: %w", shardtest.ErrNoBinary))
+	}
+	w := newWorld(t, 4)
+	s := newIngress(t, w)
+	w.scan(s.env)
+	script := filepath.Join(t.TempDir(), "produce.py")
+	must(t, os.WriteFile(script, []byte(pikaProducer), 0o600))
+	sent := time.Now()
+	if out, err := exec.Command("/usr/bin/python3", script, rabbit.URL, s.inExchange).CombinedOutput(); err != nil {
+		t.Fatalf("pika producer: %v\n%s", err, out)
+	}
+	got := collect(t, s.target, 2, 30*time.Second)
+	if len(got) != 2 {
+		t.Fatalf("got %d messages", len(got))
+	}
+	if got[0].MessageId != "py-order-2" || got[1].MessageId != "py-order-1" {
+		t.Errorf("order %s, %s: want the 250 ms one first", got[0].MessageId, got[1].MessageId)
+	}
+	if since := time.Since(sent); since < 500*time.Millisecond {
+		t.Errorf("delivered after %s, before the 500 ms x-delay", since)
+	}
+	d := got[1]
+	want := amqp.Table{
+		"tenant": "acme", "small": int32(-7), "big": int64(12345678901), "flag": true,
+		"price": amqp.Decimal{Scale: 2, Value: 1234}, "meta": amqp.Table{"region": "eu", "n": int32(3)},
+		"tags": []any{"a", int32(1), false}, "raw": []byte{0, 1}, "nothing": nil,
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(d.Headers[k], v) {
+			t.Errorf("header %s: got %#v, want %#v", k, d.Headers[k], v)
+		}
+	}
+	if when, ok := d.Headers["when"].(time.Time); !ok || when.Unix() != 1700000000 {
+		t.Errorf("header when: %#v", d.Headers["when"])
+	}
+	if _, ok := d.Headers["x-delay"]; ok {
+		t.Error("x-delay was passed on")
+	}
+	if d.ContentType != "application/json" || d.CorrelationId != "c-py" || d.Priority != 3 || d.AppId != "shop-py" ||
+		d.Type != "order.cancel" || d.DeliveryMode != 2 || string(d.Body) != `{"order":1}` {
+		t.Errorf("properties or body: %+v", d)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/router"
 	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/ingress"
 	"go.uber.org/zap"
 )
 
@@ -71,7 +73,8 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	}
 	// Every long-lived part goes on this list as it starts; at shutdown
 	// they stop in reverse: readiness off, out of the Consul catalog, the
-	// scanner settles what it claimed, the ops listener, the layout and
+	// ingress (a Redis write under way finishes and is acked; the broker
+	// keeps the rest), the scanner settles what it claimed, the ops listener, the layout and
 	// the Consul watch, the publisher. Redis closes last (deferred above).
 	ps := &parts{}
 	stop := func() error {
@@ -132,6 +135,26 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err := ps.start(ctx, "scanner", sc); err != nil {
 		return startFailed(err)
 	}
+	if routes, _ := c.ingressRoutes(); len(routes) > 0 {
+		var im *ingress.Metrics
+		if ops != nil {
+			im = ingress.NewMetrics(ops.reg)
+		}
+		crash, err := crashPoint()
+		if err != nil {
+			return startFailed(err)
+		}
+		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
+		in, err := ingress.New(ingress.Options{URL: c.AMQPURL, TLS: amqpTLS, ConnectionName: "delayq-ingress " + host,
+			Routes: routes, Prefetch: c.IngressPrefetch, MaxBody: c.MaxBody, AtStep: crash,
+			ExchangeExists: pub.ExchangeExists}, prod, e.log, im)
+		if err != nil {
+			return startFailed(err)
+		}
+		if err := ps.start(ctx, "ingress", in); err != nil {
+			return startFailed(err)
+		}
+	}
 	if consul != nil {
 		if err := ps.start(ctx, "consul registration", balance.NewRegistration(consul, c.Namespace, e.log)); err != nil {
 			e.log.Error("not registered in consul; scanning anyway", zap.Error(err))
@@ -146,7 +169,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		})
 	}
 	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
-		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()))
+		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()), zap.String("ingress", c.Ingress))
 	<-ctx.Done()
 	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
 	if err := stop(); err != nil {

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/delayq/delayq/shard/ingress"
+)
+
+// crashEnv names a test-only variable: DELAYQ_TEST_KILL_AT=step:n makes
+// `delayq scan` SIGKILL itself the n-th time its ingress reaches step
+// (received, stored, acked), so that the crash tests can kill the process
+// at each line between a consume and its ack. It is not in the Config
+// table: nothing but the tests should set it.
+const crashEnv = "DELAYQ_TEST_KILL_AT"
+
+// crashPoint returns the ingress AtStep hook crashEnv asks for, or nil.
+func crashPoint() (func(ingress.Step), error) {
+	v := os.Getenv(crashEnv)
+	if v == "" {
+		return nil, nil
+	}
+	step, n, ok := strings.Cut(v, ":")
+	count, err := strconv.Atoi(n)
+	if !ok || err != nil || count < 1 {
+		return nil, fmt.Errorf("%s=%q: want step:n, e.g. stored:3", crashEnv, v)
+	}
+	var seen atomic.Int64
+	return func(s ingress.Step) {
+		if string(s) == step && seen.Add(1) == int64(count) {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}, nil
+}

@@ -1,0 +1,49 @@
+// Package ingress makes every AMQP client a delayq producer: it consumes
+// ingress queues and schedules what they hold, so that moving off
+// RabbitMQ's delayed-message plugin is a change of exchange name in the
+// producers.
+//
+// A producer publishes to an exchange bound to an ingress queue, as it
+// would to an x-delayed-message exchange: the x-delay header (ms, any
+// integer width or a numeric string, as the plugin reads it) or
+// x-delayq-at (unix ms) says when; message_id is the delayq id (duplicates
+// are refused; cancel, inspect and reschedule work by it). When the
+// message is due, a scanner publishes it to the route's exchange
+// (x-delayq-exchange overrides it per message) with the routing key,
+// body, every AMQP property but user_id, and every header with its AMQP
+// type, minus x-delay and the control headers, plus the x-delayq-*
+// delivery headers. Parse lists the control headers: cancel by id
+// (x-delayq-cancel), a retry schedule (x-delayq-retry) and a consumer's
+// request for the next retry step (x-delayq-retry-cause).
+//
+// # Guarantees
+//
+//   - Nothing is lost between the broker and Redis: a delivery is acked
+//     only after Redis stored it (EnqueueBatch), with one multiple ack per
+//     batch. If the process dies anywhere before that ack, the broker
+//     redelivers; the id is then already stored, so the copy is acked and
+//     counted as a duplicate.
+//   - Redis down: the ingress retries the batch with backoff and acks
+//     nothing, so the broker sends nothing more (prefetch) and keeps the
+//     messages. It resumes by itself.
+//   - Bad input never blocks a queue: a message that can never be
+//     scheduled (Reason constants) is rejected without requeue, so the
+//     queue's dead-letter exchange keeps it, logged with its id and reason
+//     and counted by reason.
+//
+// # Non-guarantees
+//
+//   - Without a message_id delayq makes an id, so a redelivery (after a
+//     crash before the ack) schedules a second copy.
+//   - Order: messages are scheduled by due time, not by arrival.
+//   - A cancel published right after its message, to another queue, may
+//     be settled first and find nothing.
+//
+// # Lifecycle
+//
+// Ingress has the Start/Stop of every long-lived part. Start returns at
+// once; one goroutine owns the connection and reconnects with backoff;
+// each queue has a channel and a goroutine of its own. Stop ends them,
+// lets a Redis write under way finish and ack, and closes the connection,
+// which returns every unacked delivery to its queue.
+package ingress

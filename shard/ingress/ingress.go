@@ -1,0 +1,560 @@
+package ingress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/shard"
+)
+
+// Route is one ingress queue and the exchange its messages are delivered
+// to when due (with the routing key they were published with): the
+// plugin's x-delayed-type, as an exchange of its own. Exchange "" is the
+// default exchange, which routes by queue name.
+type Route struct {
+	Queue    string
+	Exchange string
+}
+
+// Options configure an Ingress. Zero fields take the documented defaults.
+type Options struct {
+	URL            string      // amqp:// or amqps://; required
+	TLS            *tls.Config // for amqps://; nil uses the system's roots
+	ConnectionName string      // shown in the RabbitMQ management UI
+	Routes         []Route     // at least one
+	// Prefetch bounds the deliveries held unacknowledged per queue, and so
+	// the largest Redis write. Default 256.
+	Prefetch int
+	// MaxBody is the largest body accepted. Default shard.DefaultMaxBody.
+	MaxBody int
+	// MinBackoff and MaxBackoff bound the wait between reconnects and
+	// between Redis write attempts, doubling after each failure (±20 %).
+	// Defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+	// WriteTimeout bounds one Redis write (EnqueueBatch, Cancel, Retry).
+	// Default 10s.
+	WriteTimeout time.Duration
+	// ExchangeExists, when set, is asked about the exchange of each
+	// message to schedule: one that does not exist is rejected
+	// (ReasonTarget) now rather than dead-lettered when due. An error is
+	// an outage: the batch waits. The publisher's cached check fits.
+	ExchangeExists func(ctx context.Context, name string) (bool, error)
+	// AtStep, when set, is called at each Step of every batch: the crash
+	// tests kill the process there.
+	AtStep func(Step)
+}
+
+// Step names a point of the ingress path (Options.AtStep).
+type Step string
+
+// The steps of a batch, in order.
+const (
+	StepReceived Step = "received" // deliveries taken from the broker; nothing written
+	StepStored   Step = "stored"   // Redis stored the batch; nothing acked
+	StepAcked    Step = "acked"    // the batch is acked
+)
+
+func (in *Ingress) at(s Step) {
+	if in.opts.AtStep != nil {
+		in.opts.AtStep(s)
+	}
+}
+
+func (o *Options) defaults() {
+	if o.Prefetch <= 0 {
+		o.Prefetch = 256
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = shard.DefaultMaxBody
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+}
+
+// Scheduler is what the ingress needs of a shard.Producer.
+type Scheduler interface {
+	EnqueueBatch(ctx context.Context, msgs []shard.Message) ([]shard.BatchResult, error)
+	Cancel(ctx context.Context, id string) error
+	Retry(ctx context.Context, d shard.Delivery, cause string) (shard.RetryOutcome, error)
+}
+
+// Outcomes: the outcome label of delayq_ingress_messages_total.
+const (
+	OutcomeScheduled   = "scheduled"
+	OutcomeDuplicate   = "duplicate"     // the id was already there: a redelivery, or a producer's second publish
+	OutcomeCancelled   = "cancelled"     // a cancel that found its message
+	OutcomeCancelMiss  = "cancel_missed" // a cancel that found nothing scheduled (delivered, in flight, or unknown)
+	OutcomeRetried     = "retried"       // a retry request scheduled its next step (or was a duplicate of one)
+	OutcomeRetriedDead = "retry_exhausted"
+	OutcomeRejected    = "rejected" // to the dead-letter exchange; delayq_ingress_rejected_total says why
+)
+
+// Metrics are the ingress's Prometheus metrics. Labels: queue (the
+// configured routes) and fixed enumerations.
+type Metrics struct {
+	Messages  *prometheus.CounterVec // queue, outcome
+	Rejected  *prometheus.CounterVec // queue, reason
+	Batch     prometheus.Histogram   // messages per Redis write
+	Consuming prometheus.Gauge       // 1 while every ingress queue is consumed
+}
+
+// NewMetrics creates the ingress metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Messages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "ingress_messages_total",
+			Help: "Ingress messages settled, by queue and outcome."}, []string{"queue", "outcome"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "ingress_rejected_total",
+			Help: "Ingress messages rejected to the queue's dead-letter exchange, by reason."}, []string{"queue", "reason"}),
+		Batch: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "delayq", Name: "ingress_batch_size",
+			Help: "Messages per Redis write of the ingress.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		Consuming: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "delayq", Name: "ingress_consuming",
+			Help: "1 while the ingress consumes every configured queue."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Messages, m.Rejected, m.Batch, m.Consuming)
+	}
+	return m
+}
+
+// Ingress consumes the ingress queues and schedules what they hold.
+type Ingress struct {
+	opts  Options
+	sched Scheduler
+	log   *zap.Logger
+	m     *Metrics
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks opts and returns an Ingress that has not started.
+func New(opts Options, sched Scheduler, log *zap.Logger, m *Metrics) (*Ingress, error) {
+	opts.defaults()
+	if opts.URL == "" {
+		return nil, errors.New("ingress: no AMQP URL")
+	}
+	if len(opts.Routes) == 0 {
+		return nil, errors.New("ingress: no queues")
+	}
+	seen := map[string]bool{}
+	for _, r := range opts.Routes {
+		if r.Queue == "" {
+			return nil, errors.New("ingress: a route without a queue")
+		}
+		if seen[r.Queue] {
+			return nil, fmt.Errorf("ingress: queue %q is listed twice", r.Queue)
+		}
+		seen[r.Queue] = true
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Ingress{opts: opts, sched: sched, log: log.Named("ingress"), m: m}, nil
+}
+
+// Start begins consuming in a goroutine that Stop ends. It does not wait
+// for the broker: an unreachable broker is retried with backoff.
+func (in *Ingress) Start(ctx context.Context) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.done != nil {
+		return errors.New("ingress: started twice")
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	in.cancel, in.done = cancel, make(chan struct{})
+	go func() {
+		defer close(in.done)
+		in.run(rctx)
+	}()
+	return nil
+}
+
+// Stop stops consuming and closes the connection. A batch whose Redis
+// write is under way finishes it (bounded by WriteTimeout) and is acked;
+// every delivery not acked goes back to its queue when the channel
+// closes, so nothing is lost. Stop returns ctx's error if that takes
+// longer than ctx allows.
+func (in *Ingress) Stop(ctx context.Context) error {
+	in.mu.Lock()
+	cancel, done := in.cancel, in.done
+	in.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ingress: stop: %w", ctx.Err())
+	}
+}
+
+// run connects, consumes until the connection fails, and reconnects,
+// until ctx ends.
+func (in *Ingress) run(ctx context.Context) {
+	b := in.newBackoff()
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := in.session(ctx)
+		in.m.Consuming.Set(0)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > in.opts.MaxBackoff {
+			b.reset()
+		}
+		in.log.Warn("ingress disconnected; reconnecting", zap.Error(err), zap.Duration("backoff", b.peek()))
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// session is one connection: a channel per queue, each consumed by its
+// own goroutine. It returns when one of them fails or ctx ends, after
+// all of them have returned.
+func (in *Ingress) session(ctx context.Context) error {
+	props := amqp.NewConnectionProperties()
+	if in.opts.ConnectionName != "" {
+		props.SetClientConnectionName(in.opts.ConnectionName)
+	}
+	conn, err := amqp.DialConfig(in.opts.URL, amqp.Config{
+		Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
+		Properties: props, TLSClientConfig: in.opts.TLS,
+	})
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { // before conn.Close: the goroutines may still ack
+		cancel()
+		wg.Wait()
+	}()
+	errc := make(chan error, len(in.opts.Routes))
+	for _, r := range in.opts.Routes {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		if err := ch.Qos(in.opts.Prefetch, 0, false); err != nil {
+			return fmt.Errorf("queue %q: prefetch: %w", r.Queue, err)
+		}
+		deliveries, err := ch.Consume(r.Queue, in.opts.ConnectionName, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("queue %q: consume: %w", r.Queue, err)
+		}
+		wg.Go(func() {
+			if err := in.consume(sctx, ch, r, deliveries); err != nil {
+				errc <- fmt.Errorf("queue %q: %w", r.Queue, err)
+			}
+		})
+	}
+	in.m.Consuming.Set(1)
+	in.log.Info("ingress consuming", zap.Int("queues", len(in.opts.Routes)), zap.Int("prefetch", in.opts.Prefetch))
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	case e := <-closed:
+		if e == nil {
+			return errors.New("connection closed")
+		}
+		return e
+	}
+}
+
+// consume takes what is ready on deliveries (at least one, at most
+// Prefetch) and settles it as one batch, until ctx ends or the channel
+// closes.
+func (in *Ingress) consume(ctx context.Context, ch *amqp.Channel, r Route, deliveries <-chan amqp.Delivery) error {
+	batch := make([]amqp.Delivery, 0, in.opts.Prefetch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("the broker ended the consumer (channel closed)")
+			}
+			batch = append(batch, d)
+		}
+	gather:
+		for len(batch) < cap(batch) {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, d)
+			default:
+				break gather
+			}
+		}
+		if err := in.settle(ctx, ch, r, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// batchState tracks the settlement of one batch of deliveries.
+type batchState struct {
+	ch       *amqp.Channel
+	r        Route
+	rejected map[uint64]bool
+	pending  []pendingMsg // schedules not yet written
+}
+
+type pendingMsg struct {
+	d   *amqp.Delivery
+	req Request
+}
+
+// settle writes a batch to Redis in delivery order (consecutive schedules
+// in one EnqueueBatch; a cancel or retry request after the schedules
+// before it), rejects what can never be scheduled, and then acks the rest
+// with one multiple ack. Nothing is acked before Redis stored it: while
+// Redis fails, settle retries with backoff and acks nothing, so the broker
+// sends nothing more (prefetch) and keeps every message. It returns only
+// an AMQP error (the caller reconnects) or nil; when ctx ends it leaves
+// what is not stored unacked, for the broker to redeliver.
+func (in *Ingress) settle(ctx context.Context, ch *amqp.Channel, r Route, batch []amqp.Delivery) error {
+	st := &batchState{ch: ch, r: r, rejected: map[uint64]bool{}}
+	in.at(StepReceived)
+	for i := range batch {
+		d := &batch[i]
+		req, err := Parse(d, r.Exchange, in.opts.MaxBody)
+		if err != nil {
+			if err := in.reject(st, d, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if req.Kind == Schedule {
+			ok, err := in.exchangeExists(ctx, req.Message.Exchange)
+			if err != nil {
+				return stopping(ctx, err)
+			}
+			if !ok {
+				if err := in.reject(st, d, reject(ReasonTarget, "exchange %q not found", req.Message.Exchange)); err != nil {
+					return err
+				}
+				continue
+			}
+			st.pending = append(st.pending, pendingMsg{d: d, req: req})
+			continue
+		}
+		if err := in.flush(ctx, st); err != nil {
+			return stopping(ctx, err)
+		}
+		if err := in.control(ctx, st, d, req); err != nil {
+			return stopping(ctx, err)
+		}
+	}
+	if err := in.flush(ctx, st); err != nil {
+		return stopping(ctx, err)
+	}
+	in.at(StepStored)
+	for i := len(batch) - 1; i >= 0; i-- {
+		if tag := batch[i].DeliveryTag; !st.rejected[tag] {
+			if err := ch.Ack(tag, true); err != nil {
+				return fmt.Errorf("ack: %w", err)
+			}
+			break
+		}
+	}
+	in.at(StepAcked)
+	return nil
+}
+
+// exchangeExists asks Options.ExchangeExists, retrying while the broker
+// cannot answer, until ctx ends.
+func (in *Ingress) exchangeExists(ctx context.Context, name string) (bool, error) {
+	if in.opts.ExchangeExists == nil || name == "" {
+		return true, nil
+	}
+	b := in.newBackoff()
+	for {
+		ok, err := in.opts.ExchangeExists(ctx, name)
+		if err == nil {
+			return ok, nil
+		}
+		in.log.Warn("ingress cannot check an exchange; holding the batch", zap.String("exchange", name), zap.Error(err))
+		if err := b.wait(ctx); err != nil {
+			return false, err
+		}
+	}
+}
+
+// stopping turns the error of a write abandoned because ctx ended into
+// nil (a clean stop; the broker redelivers); other errors pass.
+func stopping(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// flush writes the pending schedules, retrying those that failed for
+// want of Redis until they are stored or ctx ends.
+func (in *Ingress) flush(ctx context.Context, st *batchState) error {
+	todo := st.pending
+	st.pending = nil
+	b := in.newBackoff()
+	for len(todo) > 0 {
+		msgs := make([]shard.Message, len(todo))
+		for i, p := range todo {
+			msgs[i] = p.req.Message
+		}
+		in.m.Batch.Observe(float64(len(msgs)))
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.WriteTimeout)
+		res, batchErr := in.sched.EnqueueBatch(wctx, msgs)
+		cancel()
+		var again []pendingMsg
+		var lastErr error
+		for i, p := range todo {
+			err := res[i].Err
+			switch {
+			case err == nil:
+				in.m.Messages.WithLabelValues(st.r.Queue, OutcomeScheduled).Inc()
+			case errors.Is(err, shard.ErrDuplicate):
+				in.m.Messages.WithLabelValues(st.r.Queue, OutcomeDuplicate).Inc()
+				if p.req.GeneratedID {
+					in.log.Warn("generated id collided", zap.String("id", p.req.Message.ID))
+				}
+			case ReasonOf(err) != "":
+				if err := in.reject(st, p.d, &RejectError{Reason: ReasonOf(err), Detail: err.Error()}); err != nil {
+					return err
+				}
+			default: // Redis, the network, or ErrCapacity: not the message's fault
+				again = append(again, p)
+				lastErr = err
+			}
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		if lastErr == nil {
+			lastErr = batchErr
+		}
+		in.log.Warn("ingress cannot store messages; holding them unacked and retrying",
+			zap.String("queue", st.r.Queue), zap.Int("messages", len(again)), zap.Error(lastErr),
+			zap.Duration("backoff", b.peek()))
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+		todo = again
+	}
+	return nil
+}
+
+// control carries out a cancel or retry request, retrying while Redis
+// fails.
+func (in *Ingress) control(ctx context.Context, st *batchState, d *amqp.Delivery, req Request) error {
+	b := in.newBackoff()
+	for {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.WriteTimeout)
+		var err error
+		outcome := ""
+		switch req.Kind {
+		case Cancel:
+			err = in.sched.Cancel(wctx, req.ID)
+			switch {
+			case err == nil:
+				outcome = OutcomeCancelled
+			case errors.Is(err, shard.ErrNotFound), errors.Is(err, shard.ErrInFlight):
+				outcome, err = OutcomeCancelMiss, nil
+				in.log.Info("cancel found nothing scheduled", zap.String("id", req.ID), zap.String("queue", st.r.Queue))
+			}
+		case Retry:
+			var out shard.RetryOutcome
+			out, err = in.sched.Retry(wctx, req.Delivery, req.Cause)
+			outcome = OutcomeRetried
+			if out.Dead {
+				outcome = OutcomeRetriedDead
+			}
+		}
+		cancel()
+		if err == nil {
+			in.m.Messages.WithLabelValues(st.r.Queue, outcome).Inc()
+			return nil
+		}
+		if reason := ReasonOf(err); reason != "" {
+			return in.reject(st, d, &RejectError{Reason: reason, Detail: err.Error()})
+		}
+		in.log.Warn("ingress cannot reach Redis; holding the message unacked and retrying",
+			zap.String("id", d.MessageId), zap.Error(err), zap.Duration("backoff", b.peek()))
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// reject sends d to the queue's dead-letter exchange (reject without
+// requeue), logs why and counts it.
+func (in *Ingress) reject(st *batchState, d *amqp.Delivery, err error) error {
+	reason, detail := ReasonInvalid, err.Error()
+	var re *RejectError
+	if errors.As(err, &re) {
+		reason, detail = re.Reason, re.Detail
+	}
+	in.log.Warn("ingress message rejected", zap.String("queue", st.r.Queue), zap.String("id", d.MessageId),
+		zap.String("reason", reason), zap.String("detail", detail))
+	in.m.Messages.WithLabelValues(st.r.Queue, OutcomeRejected).Inc()
+	in.m.Rejected.WithLabelValues(st.r.Queue, reason).Inc()
+	st.rejected[d.DeliveryTag] = true
+	if err := st.ch.Reject(d.DeliveryTag, false); err != nil {
+		return fmt.Errorf("reject: %w", err)
+	}
+	return nil
+}
+
+// backoff is a doubling wait with ±20 % jitter.
+type backoff struct {
+	min, max, next time.Duration
+}
+
+func (in *Ingress) newBackoff() *backoff {
+	return &backoff{min: in.opts.MinBackoff, max: in.opts.MaxBackoff, next: in.opts.MinBackoff}
+}
+
+func (b *backoff) peek() time.Duration { return b.next }
+func (b *backoff) reset()              { b.next = b.min }
+
+func (b *backoff) wait(ctx context.Context) error {
+	d := time.Duration(float64(b.next) * (0.8 + 0.4*rand.Float64()))
+	b.next = min(2*b.next, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
