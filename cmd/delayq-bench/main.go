@@ -61,7 +61,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (c) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress); "+
 		"the ceilings always run; steady and burst take their k from saturated, or all of -batches without it")
 	flag.Parse()
 	c.batches, c.scanners = ints(batches), ints(scanners)
@@ -121,6 +121,7 @@ type results struct {
 	Burst     []burstResult     `json:"burst"`
 	Idle      *idleResult       `json:"idle,omitempty"`
 	Memory    *memoryResult     `json:"memory,omitempty"`
+	Ingress   *ingressResult    `json:"ingress,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -203,6 +204,16 @@ func (r *results) print(w *os.File) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintln(tw, "\nMEMORY\t\t")
 		fmt.Fprintf(tw, "%d pending, %d-byte bodies\t%.0f bytes each (body + %.0f)\t\n", m.Messages, m.BodyBytes, m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes))
+	}
+	if in := r.Ingress; in != nil {
+		fmt.Fprintln(tw, "\nAMQP INGRESS (queue → Redis, one scanner)\tmsg/s\tof the lower ceiling\t")
+		fmt.Fprintf(tw, "(i) bare amqp091-go consume + multiple ack, prefetch %d\t%.0f\t\t\n", in.Prefetch, in.ConsumeAck)
+		fmt.Fprintf(tw, "(ii) bare EnqueueBatch, one goroutine, batches of %d\t%.0f\t\t\n", in.Prefetch, in.EnqueueBatch)
+		fmt.Fprintf(tw, "(iii) shared-core limit: %d cores / CPU per message of (i)+(ii)\t%.0f\t\t\n", runtime.NumCPU(), in.Shared)
+		fmt.Fprintf(tw, "ingress, %d messages\t%.0f\t%.0f%% of (i, ii); %.0f%% of (iii)\t\n", in.Messages, in.Rate, 100*in.OfLower, 100*in.OfShared)
+		fmt.Fprintf(tw, "CPU per message: (i)\t%s\t\t\n", in.ConsumeAckCPU)
+		fmt.Fprintf(tw, "CPU per message: (ii)\t%s\t\t\n", in.EnqueueBatchCPU)
+		fmt.Fprintf(tw, "CPU per message: ingress\t%s\t\t\n", in.CPU)
 	}
 	fmt.Fprintln(tw, "\nTARGETS\tvalue\ttarget\t")
 	for _, t := range r.Targets {

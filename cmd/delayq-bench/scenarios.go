@@ -74,7 +74,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"ingress", b.ingress}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -1051,6 +1051,12 @@ func (b *bench) targets() {
 		r.check("idle Redis commands", i.CommandsPerSec <= float64(i.Shards),
 			fmt.Sprintf("%.1f/s for M=%d", i.CommandsPerSec, i.Shards), "<= 1 per shard per second, fleet-wide")
 		r.check("idle scanner CPU", i.MaxCPUPercent < 1, fmt.Sprintf("%.2f%%", i.MaxCPUPercent), "< 1% of a core")
+	}
+	if in := r.Ingress; in != nil {
+		r.check("AMQP ingress", in.OfLower >= 0.8, fmt.Sprintf("%.0f%% of the lower ceiling", 100*in.OfLower),
+			">= 80% of min(bare consume+ack, bare EnqueueBatch)")
+		r.check("AMQP ingress on shared cores", in.OfShared >= 0.8, fmt.Sprintf("%.0f%% of the shared-core limit", 100*in.OfShared),
+			">= 80% of (iii) (not the issue's target)")
 	}
 	if m := r.Memory; m != nil {
 		r.check("memory per pending message", m.BytesPerMessage <= float64(m.BodyBytes+200),

@@ -63,7 +63,7 @@ type Config struct {
 	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
 	Ingress         string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
-	IngressPrefetch int           `envconfig:"INGRESS_PREFETCH" default:"256" desc:"scan: ingress deliveries held unacked per queue, and so the largest Redis write"`
+	IngressPrefetch int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
 	MetricsAddr     string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`

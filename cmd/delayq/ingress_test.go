@@ -420,7 +420,7 @@ func TestIngressHoldsWhileRedisIsDown(t *testing.T) {
 	w := newWorld(t, 8, "DELAYQ_REDIS_ADDRS="+r.Addr)
 	s := newIngress(t, w)
 	w.consume()
-	p := w.scan(s.env)
+	p := w.scan(s.env, "DELAYQ_INGRESS_PREFETCH=256")
 	ids, done := s.flow(t, 2000, "rd", 100*time.Millisecond)
 	w.waitSome(300, 30*time.Second)
 	r.Kill()

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+// ingressResult is the AMQP ingress scenario: n messages already in an
+// ingress queue, scheduled an hour ahead by one `delayq scan`, compared
+// with two ceilings measured in the same run over the same messages: a
+// bare amqp091-go consumer that acks them (same prefetch, one multiple
+// ack per batch it finds ready) and bare EnqueueBatch from one goroutine in
+// batches of the same size.
+type ingressResult struct {
+	Messages        int     `json:"messages"`
+	Prefetch        int     `json:"prefetch"`
+	Rate            float64 `json:"msgs_per_sec"`
+	ConsumeAck      float64 `json:"bare_consume_ack_per_sec"`
+	ConsumeAckCPU   *cpuUse `json:"bare_consume_ack_cpu"`
+	EnqueueBatch    float64 `json:"bare_enqueue_batch_per_sec"`
+	EnqueueBatchCPU *cpuUse `json:"bare_enqueue_batch_cpu"`
+	OfLower         float64 `json:"of_lower_ceiling"`
+	// Shared is the shared-core limit: the cores divided by the CPU per
+	// message of the two ceilings together, which the ingress has to do
+	// both of on the same cores.
+	Shared   float64 `json:"shared_limit"`
+	OfShared float64 `json:"of_shared_limit"`
+	CPU      *cpuUse `json:"cpu"`
+}
+
+const ingressPrefetch = 1024
+
+func (b *bench) ingress(ctx context.Context) error {
+	n := b.c.ceilingMsgs / 2
+	consumeAck, consumeCPU, err := b.bareConsumeAck(ctx, n)
+	if err != nil {
+		return err
+	}
+	say("ceiling (i): bare amqp091-go consume + multiple ack, prefetch %d: %.0f msg/s; CPU %s", ingressPrefetch, consumeAck, consumeCPU)
+	cpu0 := b.sampleCPU(nil)
+	enqueue, err := b.bareEnqueueBatch(ctx, n)
+	if err != nil {
+		return err
+	}
+	enqueueCPU := b.sampleCPU(nil).since(cpu0, n)
+	say("ceiling (ii): bare EnqueueBatch, one goroutine, batches of %d: %.0f msg/s; CPU %s", ingressPrefetch, enqueue, enqueueCPU)
+	ns := b.namespace("ingress")
+	queue := "ingress-" + ns
+	if err := b.publishTo(ctx, queue, n, "in"); err != nil {
+		return err
+	}
+	addr, f, err := b.ingressFleet(ns, queue)
+	if err != nil {
+		return err
+	}
+	defer f.stop()
+	// Time from the first scheduled message to the last, read from the
+	// scanner's own counter.
+	var first time.Time
+	var c0 float64
+	cpu0 = b.sampleCPU(f)
+	deadline := time.Now().Add(time.Duration(n/200+60) * time.Second)
+	for {
+		v, err := scrapeScheduled(ctx, addr)
+		if err == nil && v > 0 && first.IsZero() {
+			first, c0 = time.Now(), v
+			cpu0 = b.sampleCPU(f)
+		}
+		if err == nil && int(v) >= n {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("ingress: %v of %d scheduled (%v)", v, n, err)
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	took := time.Since(first)
+	cpu := b.sampleCPU(f).since(cpu0, n-int(c0))
+	f.stop()
+	// Ceiling (i) again after the run; the higher of the two counts (the
+	// broker's speed drifts over a run).
+	if again, againCPU, err := b.bareConsumeAck(ctx, n); err == nil && again > consumeAck {
+		consumeAck, consumeCPU = again, againCPU
+		say("ceiling (i) again: %.0f msg/s; CPU %s", again, againCPU)
+	}
+	r := &ingressResult{Messages: n, Prefetch: ingressPrefetch, Rate: (float64(n) - c0) / took.Seconds(),
+		ConsumeAck: consumeAck, ConsumeAckCPU: consumeCPU, EnqueueBatch: enqueue, EnqueueBatchCPU: enqueueCPU, CPU: cpu}
+	r.OfLower = r.Rate / math.Min(consumeAck, enqueue)
+	if us := consumeCPU.usTotal() + enqueueCPU.usTotal(); us > 0 {
+		r.Shared = float64(runtime.NumCPU()) * 1e6 / us
+		r.OfShared = r.Rate / r.Shared
+	}
+	b.res.Ingress = r
+	say("ingress: %.0f msg/s (%.0f%% of the lower ceiling, %.0f%% of the shared-core limit %.0f); CPU %s",
+		r.Rate, 100*r.OfLower, 100*r.OfShared, r.Shared, r.CPU)
+	b.rdb.FlushAll(ctx)
+	return nil
+}
+
+// ingressFleet starts one scanner consuming queue, with its metrics
+// address.
+func (b *bench) ingressFleet(ns, queue string) (string, *fleet, error) {
+	f, err := b.startFleetOf(ns, 1, 1, shards, 8, "DELAYQ_INGRESS="+queue+"="+exchange,
+		"DELAYQ_INGRESS_PREFETCH="+strconv.Itoa(ingressPrefetch))
+	if err != nil {
+		return "", nil, err
+	}
+	return f.metrics[0], f, nil
+}
+
+// publishTo declares a durable queue and fills it with n persistent
+// messages as a plugin user would publish them (x-delay of an hour, a
+// message_id, a string header, a 100-byte body), confirmed.
+func (b *bench) publishTo(ctx context.Context, queue string, n int, prefix string) error {
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 512))
+	outstanding := 0
+	for i := range n {
+		for outstanding >= 512 {
+			<-confirms
+			outstanding--
+		}
+		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, MessageId: prefix + "-" + strconv.Itoa(i), Body: body,
+			Headers: amqp.Table{"x-delay": int32(3600_000), "tenant": "acme"}}); err != nil {
+			return err
+		}
+		outstanding++
+	}
+	for ; outstanding > 0; outstanding-- {
+		<-confirms
+	}
+	return nil
+}
+
+// bareConsumeAck is ceiling (i): consume n messages with prefetch
+// ingressPrefetch, acking what is ready with one multiple ack. The CPU is
+// that of the consumption alone, not of filling the queue.
+func (b *bench) bareConsumeAck(ctx context.Context, n int) (float64, *cpuUse, error) {
+	queue := "ceiling-consume-" + b.namespace("ack")
+	if err := b.publishTo(ctx, queue, n, "c"); err != nil {
+		return 0, nil, err
+	}
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := ch.Qos(ingressPrefetch, 0, false); err != nil {
+		return 0, nil, err
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	cpu0 := b.sampleCPU(nil)
+	start := time.Now()
+	for got := 0; got < n; {
+		d := <-ds
+		got++
+		last := d.DeliveryTag
+	drain:
+		for got < n {
+			select {
+			case d := <-ds:
+				got++
+				last = d.DeliveryTag
+			default:
+				break drain
+			}
+		}
+		if err := ch.Ack(last, true); err != nil {
+			return 0, nil, err
+		}
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	return rate, b.sampleCPU(nil).since(cpu0, n), nil
+}
+
+// bareEnqueueBatch is ceiling (ii): the same messages written by one
+// goroutine with EnqueueBatch in batches of ingressPrefetch.
+func (b *bench) bareEnqueueBatch(ctx context.Context, n int) (float64, error) {
+	ns := b.namespace("ceiling-enqueue")
+	st, err := shard.NewStore(b.rdb, ns)
+	if err != nil {
+		return 0, err
+	}
+	defer b.rdb.FlushAll(ctx)
+	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
+	msgs := make([]shard.Message, 0, ingressPrefetch)
+	start := time.Now()
+	for i := 0; i < n; i += ingressPrefetch {
+		msgs = msgs[:0]
+		for j := i; j < min(i+ingressPrefetch, n); j++ {
+			msgs = append(msgs, shard.Message{ID: "e-" + strconv.Itoa(j), Exchange: exchange, RoutingKey: ns,
+				Headers: amqp.Table{"tenant": "acme"}, Body: body, Delay: time.Hour})
+		}
+		res, err := prod.EnqueueBatch(ctx, msgs)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return 0, r.Err
+			}
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// scrapeScheduled reads delayq_ingress_messages_total{outcome="scheduled"}
+// from a scanner's /metrics.
+func scrapeScheduled(ctx context.Context, addr string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	var sum float64
+	if fam := families["delayq_ingress_messages_total"]; fam != nil {
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "outcome" && l.GetValue() == "scheduled" && m.Counter != nil {
+					sum += m.Counter.GetValue()
+				}
+			}
+		}
+	}
+	return sum, nil
+}
