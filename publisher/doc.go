@@ -4,7 +4,8 @@
 // # What it does
 //
 // One AMQP connection with a pool of channels in confirm mode. Every
-// message is persistent and mandatory. Publish returns a Confirm at once;
+// message is mandatory, and persistent unless its producer asked for a
+// transient one (Message.DeliveryMode). Publish returns a Confirm at once;
 // Confirm.Wait returns nil only after the broker's ack, and ErrReturned (a
 // *ReturnedError) when the broker returned the message as unroutable, so a
 // returned message is never taken for delivered. One goroutine per channel

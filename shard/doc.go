@@ -23,6 +23,10 @@
 // (WakeChannel). A message lives in shard Of(id, M): FNV-1a 64 of the id,
 // modulo M, pinned by a test so it never changes.
 //
+// An envelope is versioned by its first byte (AppendEnvelope): v1 holds
+// string headers only; v2 adds every AMQP property and typed header values
+// (fields.go). v1 is still written when it suffices and both are read.
+//
 // # Life of a message
 //
 // Enqueue writes the envelope and the due score (a delay is added to the
