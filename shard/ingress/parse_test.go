@@ -182,3 +182,14 @@ func FuzzParseDelay(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParse(b *testing.B) {
+	d := &amqp.Delivery{MessageId: "order-42", RoutingKey: "rk", Body: make([]byte, 100),
+		Headers: amqp.Table{"x-delay": int32(3600_000), "tenant": "acme"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ingress.Parse(d, "orders", 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
