@@ -65,7 +65,7 @@ func topology(t *testing.T, url string) (exchange string, deliveries <-chan amqp
 
 func start(t *testing.T, url string) *publisher.Publisher {
 	t.Helper()
-	p, err := publisher.New(publisher.Options{URL: url, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	p, err := publisher.New(publisher.Options{URLs: []string{url}, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestReconnectAfterBrokerRestart(t *testing.T) {
 }
 
 func TestBadURL(t *testing.T) {
-	_, err := publisher.New(publisher.Options{URL: "http://user:secret@host/"}, zaptest.NewLogger(t))
+	_, err := publisher.New(publisher.Options{URLs: []string{"http://user:secret@host/"}}, zaptest.NewLogger(t))
 	if err == nil {
 		t.Fatal("http URL accepted")
 	}

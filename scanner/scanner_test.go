@@ -85,7 +85,7 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	f.prod = shard.NewProducer(f.store, balance.Static(m), shard.ProducerOptions{})
 	f.consume(amqpURL)
 	log := zaptest.NewLogger(t)
-	pub, err := publisher.New(publisher.Options{URL: amqpURL, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}, log)
+	pub, err := publisher.New(publisher.Options{URLs: []string{amqpURL}, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,13 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/kelseyhightower/envconfig"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/ingress"
@@ -40,7 +42,7 @@ type Config struct {
 	RedisTLSCA      string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
 	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
 	RedisTLSKey     string        `envconfig:"REDIS_TLS_KEY" desc:"PEM key of DELAYQ_REDIS_TLS_CERT"`
-	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL (amqps:// for TLS); the password is never logged"`
+	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL (amqps:// for TLS); several, comma-separated, for the nodes of a cluster (tried in turn); passwords are never logged"`
 	AMQPURLFile     string        `envconfig:"AMQP_URL_FILE" desc:"read the RabbitMQ URL, with its credentials, from this file"`
 	AMQPTLSCA       string        `envconfig:"AMQP_TLS_CA" desc:"amqps: PEM file of the CA that signed RabbitMQ's certificate (default: the system's)"`
 	AMQPTLSCert     string        `envconfig:"AMQP_TLS_CERT" desc:"amqps: PEM client certificate (mutual TLS)"`
@@ -160,7 +162,12 @@ func (c Config) validate() error {
 			return err
 		}
 	}
-	if strings.HasPrefix(c.AMQPURL, "amqps://") {
+	for i, u := range c.amqpURLs() {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return fmt.Errorf("%s_AMQP_URL: URL %d (%s): %w", envPrefix, i+1, publisher.Redact(u), err)
+		}
+	}
+	if c.amqpTLS() {
 		if _, err := tlsFiles(envPrefix+"_AMQP_TLS", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey); err != nil {
 			return err
 		}
@@ -224,6 +231,36 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("scanner settings: %w", err)
 	}
 	return nil
+}
+
+// amqpURLs splits DELAYQ_AMQP_URL: the nodes of one RabbitMQ cluster.
+func (c Config) amqpURLs() []string {
+	var urls []string
+	for _, u := range strings.Split(c.AMQPURL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// amqpTLS reports whether any AMQP URL is amqps://.
+func (c Config) amqpTLS() bool {
+	for _, u := range c.amqpURLs() {
+		if strings.HasPrefix(u, "amqps://") {
+			return true
+		}
+	}
+	return false
+}
+
+// amqpNodes is the redacted URLs, for logs and errors.
+func (c Config) amqpNodes() string {
+	urls := c.amqpURLs()
+	for i, u := range urls {
+		urls[i] = publisher.Redact(u)
+	}
+	return strings.Join(urls, ",")
 }
 
 // ingressRoutes parses DELAYQ_INGRESS: queue=exchange pairs separated by

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,9 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 		}
 		return 0
 	}))
+	reg.MustRegister(nodeCollector{pub: pub, desc: prometheus.NewDesc("delayq_amqp_node",
+		"1 for the RabbitMQ node (host:port) the scanner publishes through; absent while it is not connected.",
+		[]string{"node"}, nil)})
 	o := &opsServer{reg: reg, log: log.Named("ops")}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(o.log)}))
@@ -81,7 +85,7 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 			http.Error(w, "not ready: "+strings.Join(problems, "; "), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintf(w, "ready (amqp node %s)\n", nodeHost(pub.Node()))
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -90,6 +94,28 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 	o.ln = ln
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return o, metrics, nil
+}
+
+// nodeCollector exports delayq_amqp_node{node} for the connected node.
+type nodeCollector struct {
+	pub  *publisher.Publisher
+	desc *prometheus.Desc
+}
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	if n := c.pub.Node(); n != "" {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, nodeHost(n))
+	}
+}
+
+// nodeHost is the host:port of a node's (redacted) URL.
+func nodeHost(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Host != "" {
+		return p.Host
+	}
+	return u
 }
 
 // Start answers requests in a goroutine until Stop.

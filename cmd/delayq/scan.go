@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/delayq/delayq/balance"
@@ -62,12 +61,12 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	defer rdb.Close()
 	host, _ := os.Hostname()
 	var amqpTLS *tls.Config
-	if strings.HasPrefix(c.AMQPURL, "amqps://") {
+	if c.amqpTLS() {
 		if amqpTLS, err = tlsFiles(envPrefix+"_AMQP_TLS", c.AMQPTLSCA, c.AMQPTLSCert, c.AMQPTLSKey); err != nil {
 			return e.fail("scan", err)
 		}
 	}
-	pub, err := publisher.New(publisher.Options{URL: c.AMQPURL, TLS: amqpTLS, ConnectionName: "delayq-scanner " + host}, e.log)
+	pub, err := publisher.New(publisher.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-scanner " + host}, e.log)
 	if err != nil {
 		return e.fail("scan", err)
 	}
@@ -106,10 +105,10 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	switch {
 	case errors.Is(err, publisher.ErrAccessRefused):
 		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check the user and password of %s_AMQP_URL)",
-			publisher.Redact(c.AMQPURL), err, envPrefix))
+			c.amqpNodes(), err, envPrefix))
 	case errors.Is(err, publisher.ErrTLS):
 		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check %s_AMQP_TLS_CA and the URL's host)",
-			publisher.Redact(c.AMQPURL), err, envPrefix))
+			c.amqpNodes(), err, envPrefix))
 	}
 	layout, consul, err := e.layout(ctx, st, ps, true)
 	if err != nil {
@@ -145,7 +144,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			return startFailed(err)
 		}
 		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
-		in, err := ingress.New(ingress.Options{URL: c.AMQPURL, TLS: amqpTLS, ConnectionName: "delayq-ingress " + host,
+		in, err := ingress.New(ingress.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-ingress " + host,
 			Routes: routes, Prefetch: c.IngressPrefetch, MaxBody: c.MaxBody, AtStep: crash,
 			ExchangeExists: pub.ExchangeExists}, prod, e.log, im)
 		if err != nil {
@@ -168,7 +167,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			stop:  func(context.Context) error { ops.Stopping(); return nil },
 		})
 	}
-	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", publisher.Redact(c.AMQPURL)),
+	e.log.Info("delayq scan running", zap.Strings("redis", c.RedisAddrs), zap.String("amqp", c.amqpNodes()),
 		zap.String("layout", layout.Describe()), zap.Int("routes", routes.Len()), zap.String("ingress", c.Ingress))
 	<-ctx.Done()
 	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))

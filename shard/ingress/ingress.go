@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"time"
 
@@ -27,7 +28,9 @@ type Route struct {
 
 // Options configure an Ingress. Zero fields take the documented defaults.
 type Options struct {
-	URL            string      // amqp:// or amqps://; required
+	// URLs are the nodes of one RabbitMQ cluster (one for a single node),
+	// tried in turn from the one after the node last lost; at least one.
+	URLs           []string
 	TLS            *tls.Config // for amqps://; nil uses the system's roots
 	ConnectionName string      // shown in the RabbitMQ management UI
 	Routes         []Route     // at least one
@@ -148,6 +151,8 @@ type Ingress struct {
 	log   *zap.Logger
 	m     *Metrics
 
+	next int // index in URLs of the node to try first; only run's goroutine uses it
+
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -156,7 +161,7 @@ type Ingress struct {
 // New checks opts and returns an Ingress that has not started.
 func New(opts Options, sched Scheduler, log *zap.Logger, m *Metrics) (*Ingress, error) {
 	opts.defaults()
-	if opts.URL == "" {
+	if len(opts.URLs) == 0 {
 		return nil, errors.New("ingress: no AMQP URL")
 	}
 	if len(opts.Routes) == 0 {
@@ -248,12 +253,22 @@ func (in *Ingress) session(ctx context.Context) error {
 	if in.opts.ConnectionName != "" {
 		props.SetClientConnectionName(in.opts.ConnectionName)
 	}
-	conn, err := amqp.DialConfig(in.opts.URL, amqp.Config{
-		Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
-		Properties: props, TLSClientConfig: in.opts.TLS,
-	})
-	if err != nil {
-		return fmt.Errorf("dial: %w", err)
+	var conn *amqp.Connection
+	var errs []error
+	for i := range in.opts.URLs {
+		u := in.opts.URLs[(in.next+i)%len(in.opts.URLs)]
+		c, err := amqp.DialConfig(u, amqp.Config{
+			Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
+			Properties: props, TLSClientConfig: in.opts.TLS,
+		})
+		if err == nil {
+			conn, in.next = c, (in.next+i+1)%len(in.opts.URLs)
+			break
+		}
+		errs = append(errs, fmt.Errorf("dial %s: %w", redact(u), err))
+	}
+	if conn == nil {
+		return errors.Join(errs...)
 	}
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
@@ -586,6 +601,15 @@ func (in *Ingress) reject(st *batchState, d *amqp.Delivery, err error) error {
 		return fmt.Errorf("reject: %w", err)
 	}
 	return nil
+}
+
+// redact hides the password of an AMQP URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // backoff is a doubling wait with ±20 % jitter.

@@ -63,7 +63,7 @@ func TestIngressStoresThenAcks(t *testing.T) {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	in, err := ingress.New(ingress.Options{URL: rabbit.URL, Routes: []ingress.Route{{Queue: queue, Exchange: "target"}},
+	in, err := ingress.New(ingress.Options{URLs: []string{rabbit.URL}, Routes: []ingress.Route{{Queue: queue, Exchange: "target"}},
 		Prefetch: 64}, prod, zaptest.NewLogger(t), ingress.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
