@@ -73,7 +73,9 @@ func TestRabbitClusterFailover(t *testing.T) {
 	}
 	first := strings.TrimSuffix(strings.TrimPrefix(cl.URLs[0], "amqp://guest:guest@"), "/")
 	shardtest.WaitFor(t, 30*time.Second, func() bool { return node() == first },
-		func() string { return "not connected to the first node " + first + ": " + node() + "\n" + p.log.String() })
+		func() string {
+			return "not connected to the first node " + first + ": " + node() + "\n" + p.log.String()
+		})
 	in, ids := w.jsonl(3000, 8*time.Second, "fo")
 	if _, e, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
 		t.Fatal(e)
