@@ -74,5 +74,8 @@
 //     message late by at most the scanners' idle patrol of the shards,
 //     never lost.
 //   - Durability is Redis's: with appendfsync always an acknowledged enqueue
-//     survives a Redis crash; with everysec up to a second can be lost.
+//     survives a Redis crash; with everysec up to a second can be lost. A
+//     failover to a replica loses what the replica had not received, unless
+//     the Store waits for replicas (WithReplicas: Redis WAIT after every
+//     acknowledged write, ErrNotReplicated when too few confirm).
 package shard

@@ -28,6 +28,12 @@ var (
 	// ErrCapacity: the namespace holds its limit of pending messages
 	// (ProducerOptions.MaxPending); nothing was written. Retry later.
 	ErrCapacity = errors.New("namespace at capacity")
+	// ErrNotReplicated: the write was done on the master (or found done
+	// already), but fewer replicas than Store.WithReplicas asks for
+	// confirmed it in time, so a failover may lose it. Retrying is safe: a
+	// retried enqueue of a stored message reports ErrDuplicate once the
+	// replicas confirm.
+	ErrNotReplicated = errors.New("not confirmed by enough replicas")
 )
 
 // InvalidError says which field of a message is wrong and why. It matches

@@ -44,7 +44,9 @@ func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
 }
 
 // send pipelines calls by EVALSHA, or by EVAL with the body when eval is
-// set. One call goes without a pipeline.
+// set. One call goes without a pipeline, unless it must wait for replicas:
+// WAIT counts the replicas that have the writes of its own connection, so
+// it follows the calls in their pipeline.
 func (s *Store) send(ctx context.Context, calls []call, eval bool) []*redis.Cmd {
 	one := func(c redis.Scripter, cl call) *redis.Cmd {
 		if eval {
@@ -52,19 +54,61 @@ func (s *Store) send(ctx context.Context, calls []call, eval bool) []*redis.Cmd 
 		}
 		return cl.script.EvalSha(ctx, c, cl.keys, cl.args...)
 	}
-	if len(calls) == 1 {
+	wait := false
+	if s.replicas > 0 {
+		for _, c := range calls {
+			wait = wait || acknowledged[c.script]
+		}
+	}
+	if len(calls) == 1 && !wait {
 		return []*redis.Cmd{one(s.rdb, calls[0])}
 	}
 	cmds := make([]*redis.Cmd, len(calls))
+	var waitCmd *redis.Cmd
 	// Pipelined's own error is the first failed command's; each command
 	// carries its own, which the callers look at.
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, c := range calls {
 			cmds[j] = one(p, c)
 		}
+		if wait {
+			waitCmd = p.Do(ctx, "WAIT", s.replicas, s.replicaTimeout.Milliseconds())
+		}
 		return nil
 	})
+	if wait {
+		s.checkReplicated(calls, cmds, waitCmd)
+	}
 	return cmds
+}
+
+// checkReplicated turns the result of each acknowledged write into
+// ErrNotReplicated when WAIT counted fewer replicas than asked for.
+func (s *Store) checkReplicated(calls []call, cmds []*redis.Cmd, waitCmd *redis.Cmd) {
+	got, err := waitCmd.Int()
+	if err == nil && got >= s.replicas {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, got, s.replicas, s.replicaTimeout)
+	} else {
+		err = fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+	}
+	for j, c := range calls {
+		if acknowledged[c.script] && cmds[j].Err() == nil {
+			cmds[j].SetErr(err)
+		}
+	}
+}
+
+// acknowledged are the scripts whose success a caller is told of (an
+// enqueue, cancel, reschedule, retry, redrive, purge or the ack of a
+// delivery): with WithReplicas they wait for the replicas. Claims,
+// releases and dead-lettering do not: losing one of those in a failover
+// brings a message back (a duplicate), never loses one.
+var acknowledged = map[*redis.Script]bool{
+	enqueueScript: true, enqueueManyScript: true, ackScript: true, cancelScript: true, cancelManyScript: true,
+	rescheduleScript: true, redriveScript: true, purgeScript: true, retryScript: true,
 }
 
 // run1 runs one call (see run).

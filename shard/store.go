@@ -15,6 +15,22 @@ type Store struct {
 	rdb  redis.UniversalClient
 	ns   string
 	wake string
+
+	replicas       int           // WithReplicas
+	replicaTimeout time.Duration // WithReplicas
+}
+
+// WithReplicas returns a Store whose acknowledged writes (enqueue, cancel,
+// reschedule, retry, redrive, purge, ack) return only after n replicas
+// have them (Redis WAIT, at most timeout). When fewer confirm in time, the
+// call returns ErrNotReplicated: the write is on the master, but a
+// failover may lose it. n = 0 turns waiting off. WAIT counts the replicas
+// of one server: use it with a single master (and Sentinel), not with
+// Redis Cluster.
+func (s *Store) WithReplicas(n int, timeout time.Duration) *Store {
+	c := *s
+	c.replicas, c.replicaTimeout = n, timeout
+	return &c
 }
 
 // NewStore returns a Store for namespace ns: 1..64 characters of

@@ -38,6 +38,10 @@ type Config struct {
 	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
 	RedisCluster    bool          `envconfig:"REDIS_CLUSTER" default:"false" desc:"use the Redis Cluster client even with one seed address (several addresses imply it)"`
 	RedisPassFile   string        `envconfig:"REDIS_PASSWORD_FILE" desc:"read the Redis password from this file (e.g. a mounted Kubernetes Secret)"`
+	RedisSentinel   string        `envconfig:"REDIS_SENTINEL_MASTER" desc:"Redis Sentinel: the master's name; DELAYQ_REDIS_ADDRS are then the sentinels"`
+	RedisSentPass   string        `envconfig:"REDIS_SENTINEL_PASSWORD" desc:"password of the sentinels (never logged), when they require one"`
+	RedisWait       int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"enqueue, cancel, ack …: return only once this many replicas have the write (Redis WAIT); 0 = do not wait"`
+	RedisWaitFor    time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a write waits for DELAYQ_REDIS_WAIT_REPLICAS; fewer in time is an error (the write may be lost in a failover)"`
 	RedisTLS        bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
 	RedisTLSCA      string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
 	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
@@ -145,6 +149,18 @@ func (c Config) validate() error {
 	}
 	if _, err := balance.NewStatic(c.Shards); err != nil {
 		return fmt.Errorf("%s_SHARDS: %w", envPrefix, err)
+	}
+	if c.RedisSentinel != "" && c.RedisCluster {
+		return fmt.Errorf("%s_REDIS_SENTINEL_MASTER and %s_REDIS_CLUSTER: give one (Sentinel watches a single master)", envPrefix, envPrefix)
+	}
+	if c.RedisWait < 0 || c.RedisWait > 100 {
+		return fmt.Errorf("%s_REDIS_WAIT_REPLICAS: %d, want 0 (do not wait) to 100", envPrefix, c.RedisWait)
+	}
+	if c.RedisWait > 0 && (c.RedisCluster || c.RedisSentinel == "" && len(c.RedisAddrs) > 1) {
+		return fmt.Errorf("%s_REDIS_WAIT_REPLICAS: WAIT counts the replicas of one master; it does not work with Redis Cluster", envPrefix)
+	}
+	if c.RedisWaitFor < time.Millisecond {
+		return fmt.Errorf("%s_REDIS_WAIT_TIMEOUT: %s, want at least 1ms (e.g. 1s)", envPrefix, c.RedisWaitFor)
 	}
 	if c.MaxPending < 0 {
 		return fmt.Errorf("%s_MAX_PENDING: %d, want 0 (no limit) or more", envPrefix, c.MaxPending)
@@ -335,12 +351,14 @@ func newRedis(c Config) (redis.UniversalClient, error) {
 		}
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		TLSConfig:     tlsCfg,
-		Addrs:         c.RedisAddrs,
-		Username:      c.RedisUsername,
-		Password:      c.RedisPassword,
-		DB:            c.RedisDB,
-		IsClusterMode: c.RedisCluster,
+		TLSConfig:        tlsCfg,
+		Addrs:            c.RedisAddrs,
+		Username:         c.RedisUsername,
+		Password:         c.RedisPassword,
+		DB:               c.RedisDB,
+		IsClusterMode:    c.RedisCluster,
+		MasterName:       c.RedisSentinel, // with a name, a Sentinel failover client over Addrs
+		SentinelPassword: c.RedisSentPass,
 	}), nil
 }
 

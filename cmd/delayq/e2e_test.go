@@ -583,11 +583,14 @@ func TestExitCodesAndHelp(t *testing.T) {
 func TestBadConfigIsAClearError(t *testing.T) {
 	w := newWorld(t, 4)
 	for env, want := range map[string]string{
-		"DELAYQ_SHARDS=abc":              "SHARDS",
-		"DELAYQ_SHARDS=0":                "DELAYQ_SHARDS",
-		"DELAYQ_NAMESPACE=a{b}":          "DELAYQ_NAMESPACE",
-		"DELAYQ_LOG_FORMAT=xml":          "DELAYQ_LOG_FORMAT",
-		"DELAYQ_REDIS_ADDRS=127.0.0.1:1": "127.0.0.1:1",
+		"DELAYQ_SHARDS=abc":                   "SHARDS",
+		"DELAYQ_SHARDS=0":                     "DELAYQ_SHARDS",
+		"DELAYQ_NAMESPACE=a{b}":               "DELAYQ_NAMESPACE",
+		"DELAYQ_LOG_FORMAT=xml":               "DELAYQ_LOG_FORMAT",
+		"DELAYQ_REDIS_ADDRS=127.0.0.1:1":      "127.0.0.1:1",
+		"DELAYQ_REDIS_WAIT_REPLICAS=-1":       "DELAYQ_REDIS_WAIT_REPLICAS",
+		"DELAYQ_REDIS_WAIT_TIMEOUT=0s":        "DELAYQ_REDIS_WAIT_TIMEOUT",
+		"DELAYQ_AMQP_URL=amqp://a/,http://b/": "DELAYQ_AMQP_URL: URL 2",
 	} {
 		cmd := exec.Command(bin, "stats")
 		cmd.Env = append(append([]string{}, w.env...), env)
@@ -599,7 +602,8 @@ func TestBadConfigIsAClearError(t *testing.T) {
 	// Scanner settings that cannot work are refused by scan, naming the
 	// variable (exit 2), never replaced by defaults.
 	for _, env := range []string{"DELAYQ_CLAIM_BATCH=0", "DELAYQ_CLAIM_BATCH=-1", "DELAYQ_GOROUTINES=0",
-		"DELAYQ_LEASE=0", "DELAYQ_LEASE=10ms", "DELAYQ_SHUTDOWN_TIMEOUT=0s"} {
+		"DELAYQ_LEASE=0", "DELAYQ_LEASE=10ms", "DELAYQ_SHUTDOWN_TIMEOUT=0s", "DELAYQ_INGRESS=no-exchange-given",
+		"DELAYQ_INGRESS=q=a,q=b", "DELAYQ_INGRESS_PREFETCH=0"} {
 		cmd := exec.Command(bin, "scan")
 		cmd.Env = append(append([]string{}, w.env...), env)
 		out, err := cmd.CombinedOutput()

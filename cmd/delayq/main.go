@@ -180,6 +180,9 @@ func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store,
 		_ = rdb.Close()
 		return nil, nil, err
 	}
+	if e.cfg.RedisWait > 0 {
+		st = st.WithReplicas(e.cfg.RedisWait, e.cfg.RedisWaitFor)
+	}
 	return rdb, st, nil
 }
 

@@ -80,6 +80,8 @@ type RedisOptions struct {
 	// ClientCerts makes a TLS server require client certificates signed by
 	// the CA (mutual TLS).
 	ClientCerts bool
+	// Args are more redis-server arguments, e.g. "--replicaof", "127.0.0.1", "6380".
+	Args []string
 
 	port    int  // set by StartCluster
 	cluster bool // cluster-enabled node
@@ -128,6 +130,7 @@ func StartRedis(opts RedisOptions) (*Redis, error) {
 	} else {
 		r.args = append(r.args, "--appendonly", "no")
 	}
+	r.args = append(r.args, opts.Args...)
 	if err := r.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
