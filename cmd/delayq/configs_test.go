@@ -17,6 +17,7 @@ import (
 
 	"github.com/delayq/delayq/router"
 	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard/ingress"
 )
 
 // metricNames returns every metric name a scanner exports, with the
@@ -39,6 +40,11 @@ func metricNames(t *testing.T) map[string]bool {
 	// Read at scrape time by the shard collector and ops.go.
 	descs := make(chan *prometheus.Desc, 32)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
+	// The ingress's vectors have no sample until a message comes.
+	im := ingress.NewMetrics(nil)
+	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming} {
+		c.Describe(descs)
+	}
 	close(descs)
 	re := regexp.MustCompile(`fqName: "([a-z_]+)"`)
 	for d := range descs {
@@ -47,6 +53,7 @@ func metricNames(t *testing.T) map[string]bool {
 		}
 	}
 	names["delayq_amqp_ready"] = true
+	names["delayq_amqp_node"] = true
 	names["delayq_build_info"] = true
 	return names
 }

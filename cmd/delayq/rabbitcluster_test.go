@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -51,8 +52,9 @@ func (w *world) consumeQuorum(declareURL, url string) {
 
 // TestRabbitClusterFailover: a scanner given the three nodes of a RabbitMQ
 // cluster publishes through the first; that node, which also leads the
-// quorum queue, is SIGKILLed under a flowing load and restarted.
-// The scanner fails over to the next node; every message is delivered,
+// target quorum queue and the ingress's, is SIGKILLed under a flowing load
+// (from the CLI and through the ingress) and restarted. The scanner and
+// its ingress fail over to the next node; every message is delivered,
 // none early; the time to resume is measured.
 func TestRabbitClusterFailover(t *testing.T) {
 	shardtest.Require(t, serverErr)
@@ -61,7 +63,19 @@ func TestRabbitClusterFailover(t *testing.T) {
 	t.Cleanup(cl.Close)
 	w := newWorld(t, 8, "DELAYQ_AMQP_URL="+strings.Join(cl.URLs, ","))
 	w.consumeQuorum(cl.URLs[0], cl.URLs[2]) // the queue's leader is on the node that dies
-	p := w.scan()
+	// An ingress queue, also led by the node that dies, fed through another.
+	conn, err := amqp.Dial(cl.URLs[0])
+	must(t, err)
+	ch, err := conn.Channel()
+	must(t, err)
+	inQ, inX := "inq-"+w.ns, "in-"+w.ns
+	must(t, ch.ExchangeDeclare(inX, "fanout", true, false, false, false, nil))
+	_, err = ch.QueueDeclare(inQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	must(t, err)
+	must(t, ch.QueueBind(inQ, "", inX, false, nil))
+	_ = conn.Close()
+	p := w.scan("DELAYQ_INGRESS=" + inQ + "=" + w.exchange)
+	viaIngress := publishFlow(t, cl.URLs[1], inX, 1500, "in", 100*time.Millisecond)
 	node := func() string {
 		_, v := get("http://" + p.metrics + "/metrics")
 		for _, line := range strings.Split(v, "\n") {
@@ -91,10 +105,60 @@ func TestRabbitClusterFailover(t *testing.T) {
 		func() string { return fmt.Sprintf("deliveries did not resume: %d", w.count()) })
 	resumed := time.Since(killed)
 	must(t, cl.Restart(0))
-	dups := w.waitDelivered(ids, 90*time.Second)
+	dups := w.waitDelivered(append(ids, <-viaIngress...), 90*time.Second)
 	t.Logf("node killed: connected to %s after %s, deliveries resumed after %s; %d duplicates",
 		node(), failover.Round(time.Millisecond), resumed.Round(time.Millisecond), dups)
 	if out, _, _ := w.delayq("", "stats", "--json"); strings.Contains(out, `"dead": 1`) {
 		t.Errorf("a message went to the dead set during the failover: %s", out)
 	}
+}
+
+// publishFlow publishes n messages to exchange through the node at url,
+// 50 every 50 ms with x-delay, retrying each one until the broker confirms
+// it (a node of the cluster may die meanwhile: then it reconnects to url).
+// The channel gets the ids once every one is confirmed.
+func publishFlow(t *testing.T, url, exchange string, n int, prefix string, delay time.Duration) chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+		}
+		var ch *amqp.Channel
+		connect := func() {
+			for {
+				conn, err := amqp.Dial(url)
+				if err == nil {
+					if ch, err = conn.Channel(); err == nil && ch.Confirm(false) == nil {
+						t.Cleanup(func() { _ = conn.Close() })
+						return
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		connect()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for start := 0; start < n; start += 50 {
+			for _, id := range ids[start:min(start+50, n)] {
+				for {
+					dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, "rk", false, false,
+						amqp.Publishing{MessageId: id, Headers: amqp.Table{"x-delay": int32(delay.Milliseconds())}})
+					if err == nil {
+						if ok, err := dc.WaitContext(context.Background()); ok && err == nil {
+							break
+						}
+					}
+					// A nack or a lost channel: a new channel, once the
+					// queue has had time to elect a leader.
+					time.Sleep(200 * time.Millisecond)
+					connect()
+				}
+			}
+			<-tick.C
+		}
+		out <- ids
+	}()
+	return out
 }
