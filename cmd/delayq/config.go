@@ -72,6 +72,10 @@ type Config struct {
 	IngressPrefetch int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
 	MetricsAddr     string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
+	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
+	HTTPTokensFile  string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN' or 'admin TOKEN' a line; without it serve listens on loopback only"`
+	HTTPTLSCert     string        `envconfig:"HTTP_TLS_CERT" desc:"serve: PEM certificate to serve HTTPS with"`
+	HTTPTLSKey      string        `envconfig:"HTTP_TLS_KEY" desc:"serve: PEM key of DELAYQ_HTTP_TLS_CERT"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
 }

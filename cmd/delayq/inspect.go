@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 )
 
 func inspectCommand() command {
@@ -48,31 +49,6 @@ type inspectView struct {
 	text map[string]string
 }
 
-// propertiesView lists the AMQP properties that are set, with the names
-// JSON lines use.
-func propertiesView(p shard.Properties) map[string]any {
-	out := map[string]any{}
-	for k, v := range map[string]string{"content_encoding": p.ContentEncoding, "correlation_id": p.CorrelationID,
-		"reply_to": p.ReplyTo, "expiration": p.Expiration, "type": p.Type, "app_id": p.AppID} {
-		if v != "" {
-			out[k] = v
-		}
-	}
-	if p.Priority != 0 {
-		out["priority"] = p.Priority
-	}
-	if p.DeliveryMode != 0 {
-		out["delivery_mode"] = p.DeliveryMode
-	}
-	if !p.Timestamp.IsZero() {
-		out["timestamp"] = p.Timestamp.Unix()
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 func runInspect(ctx context.Context, e *env, args []string) int {
 	fs, asJSON := inspectFlags()
 	pos, err := parse(fs, args, e.stderr)
@@ -103,7 +79,7 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	}
 	if env := info.Envelope; env != nil {
 		v.Topic, v.Exchange, v.RoutingKey, v.ContentType, v.BodyBytes = env.Topic, env.Exchange, env.RoutingKey, env.ContentType, len(env.Body)
-		v.Properties = propertiesView(env.Properties)
+		v.Properties = httpapi.PropertiesOf(env.Properties)
 		if len(env.Headers) > 0 {
 			v.Headers, v.text = map[string]any{}, map[string]string{}
 			for _, h := range env.Headers {

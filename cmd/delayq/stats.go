@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 )
 
 func statsCommand() command {
@@ -26,23 +27,11 @@ func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
 	return fs, asJSON, watch, every
 }
 
-// shardView is one row of stats.
-type shardView struct {
-	Shard            int     `json:"shard"`
-	Node             string  `json:"node,omitempty"` // the cluster master holding the shard
-	Scheduled        int64   `json:"scheduled"`
-	DueNow           int64   `json:"due_now"`
-	InFlight         int64   `json:"in_flight"`
-	Dead             int64   `json:"dead"`
-	NextDue          string  `json:"next_due,omitempty"`
-	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
-}
-
+// statsView is the API's stats (so that stats --json and GET /v1/stats say
+// the same), with the fleet.
 type statsView struct {
-	Namespace string           `json:"namespace"`
-	Shards    []shardView      `json:"shards"`
-	Total     shardView        `json:"total"`
-	Fleet     []balance.Member `json:"fleet,omitempty"` // scanners registered in Consul
+	httpapi.Stats
+	Fleet []balance.Member `json:"fleet,omitempty"` // scanners registered in Consul
 }
 
 func runStats(ctx context.Context, e *env, args []string) int {
@@ -128,28 +117,7 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	if err != nil {
 		return statsView{}, err
 	}
-	v := statsView{Namespace: e.cfg.Namespace, Total: shardView{Shard: -1}}
-	var nextMs int64 = -1
-	for _, s := range all {
-		row := shardView{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead,
-			OldestOverdueSec: s.OldestOverdue().Seconds()}
-		if s.HeadMs >= 0 {
-			row.NextDue = time.UnixMilli(s.HeadMs).UTC().Format(time.RFC3339Nano)
-			if nextMs < 0 || s.HeadMs < nextMs {
-				nextMs = s.HeadMs
-			}
-		}
-		v.Shards = append(v.Shards, row)
-		t := &v.Total
-		t.Scheduled += row.Scheduled
-		t.DueNow += row.DueNow
-		t.InFlight += row.InFlight
-		t.Dead += row.Dead
-		t.OldestOverdueSec = max(t.OldestOverdueSec, row.OldestOverdueSec)
-	}
-	if nextMs >= 0 {
-		v.Total.NextDue = time.UnixMilli(nextMs).UTC().Format(time.RFC3339Nano)
-	}
+	v := statsView{Stats: httpapi.Summarize(e.cfg.Namespace, all)}
 	shards := make([]int, len(v.Shards))
 	for i, r := range v.Shards {
 		shards[i] = r.Shard

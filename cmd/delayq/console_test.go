@@ -1,0 +1,180 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+const (
+	consoleAdmin = "admin-console-token-0123456789"
+	consoleRead  = "read-console-token-0123456789"
+)
+
+// serve starts `delayq serve` with a tokens file and returns its base URL.
+func (w *world) serve(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	must(t, os.WriteFile(tokens, []byte("admin "+consoleAdmin+"\nread "+consoleRead+"\n"), 0o600))
+	port, err := shardtest.FreePort()
+	must(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_HTTP_ADDR="+addr, "DELAYQ_HTTP_TOKENS_FILE="+tokens)
+	log := &lockedWriter{w: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = log, log
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + addr
+	shardtest.WaitFor(t, 20*time.Second, func() bool { code, _ := get(base + "/v1/openapi.json"); return code == 200 },
+		func() string { return "serve never answered:\n" + log.String() })
+	if strings.Contains(log.String(), consoleAdmin) || strings.Contains(log.String(), consoleRead) {
+		t.Errorf("a token appears in the log:\n%s", log.String())
+	}
+	return base
+}
+
+// browser starts headless Chromium (Debian's) for the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		shardtest.Require(t, fmt.Errorf("chromium: %w", shardtest.ErrNoBinary))
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return ctx
+}
+
+// artifact saves a screenshot under $DELAYQ_TEST_ARTIFACTS (default: the
+// test's temporary directory) and returns its path.
+func artifact(t *testing.T, name string, png []byte) string {
+	dir := os.Getenv("DELAYQ_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	must(t, os.MkdirAll(dir, 0o755))
+	p := filepath.Join(dir, name)
+	must(t, os.WriteFile(p, png, 0o644))
+	return p
+}
+
+// TestConsoleInABrowser drives the console in headless Chromium: a
+// rejected token, signing in, the overview's counts, finding a message by
+// id, redriving a dead message after the confirmation and seeing the
+// counts change, and a read-only token that cannot change anything.
+func TestConsoleInABrowser(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := browser(t)
+	// Two messages die (no route for their topic), one waits an hour.
+	p := w.scan()
+	for _, id := range []string{"lost-1", "lost-2"} {
+		if _, e, code := w.delayq("", "enqueue", "--id", id, "--topic", "nowhere", "--delay", "0s"); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	if _, e, code := w.delayq("", "enqueue", "--id", "order-42-cancel", "--topic", "order.cancel", "--delay", "1h",
+		"--header", "tenant=acme", "--body", `{"order":42}`); code != 0 {
+		t.Fatal(e)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		out, _, _ := w.delayq("", "dead", "list")
+		return strings.Contains(out, "lost-1") && strings.Contains(out, "lost-2")
+	}, func() string { out, _, _ := w.delayq("", "dead", "list"); return out })
+	must(t, p.term(20*time.Second)) // nothing publishes from here on: a redriven message stays scheduled
+	base := w.serve(t)
+
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		must(t, chromedp.Do(ctx, steps...))
+	}
+	text := func(id chromedp.ID) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(id))
+		must(t, err)
+		return v
+	}
+	screenshot := func(name string) string {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		must(t, err)
+		return artifact(t, name, png)
+	}
+	// A rejected token.
+	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-a-valid-token-at-all"), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	if msg := text("error"); !strings.Contains(msg, "not accepted") {
+		t.Errorf("a bad token says %q", msg)
+	}
+	// Sign in; the overview counts 2 dead and 1 scheduled.
+	do(chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("totals")))
+	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "2" || scheduled != "1" {
+		t.Errorf("overview: dead %q scheduled %q, want 2 and 1", dead, scheduled)
+	}
+	t.Logf("screenshot: %s", screenshot("console-overview.png"))
+	// Find a message by id.
+	do(chromedp.Navigate(base+"/messages"), chromedp.WaitVisible(chromedp.ID("id")),
+		chromedp.SendKeys(chromedp.ID("id"), "order-42-cancel"), chromedp.Click(chromedp.ID("find")),
+		chromedp.WaitVisible(chromedp.ID("message")))
+	if state, page := text("m-state"), text("message"); state != "scheduled" || !strings.Contains(page, "acme") ||
+		!strings.Contains(page, `{"order":42}`) {
+		t.Errorf("message page: state %q\n%s", state, page)
+	}
+	screenshot("console-message.png")
+	// Redrive one dead message: select, confirm, and the counts change.
+	do(chromedp.Navigate(base+"/dead"), chromedp.WaitVisible(chromedp.ID("dead")))
+	screenshot("console-dead.png")
+	do(chromedp.Click(chromedp.CSS(`input[value="lost-1"]`)), chromedp.Click(chromedp.ID("redrive-selected")),
+		chromedp.WaitVisible(chromedp.ID("confirm")), chromedp.Click(chromedp.ID("confirm")),
+		chromedp.WaitVisible(chromedp.ID("done")))
+	if done, total := text("done"), text("dead-total"); done != "1 redriven" || total != "1 in all" {
+		t.Errorf("after the redrive: %q, %q", done, total)
+	}
+	if out, _, _ := w.delayq("", "inspect", "lost-1"); !strings.Contains(out, "scheduled") {
+		t.Errorf("lost-1 after the redrive:\n%s", out)
+	}
+	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("totals")))
+	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "1" || scheduled != "2" {
+		t.Errorf("overview after the redrive: dead %q scheduled %q, want 1 and 2", dead, scheduled)
+	}
+	// A read token sees the dead list but has no buttons to change it.
+	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("totals")), chromedp.Navigate(base+"/dead"), chromedp.WaitVisible(chromedp.ID("dead")))
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("button[name=action]").length`))
+	must(t, err)
+	if buttons != 0 {
+		t.Errorf("a read-only session sees %d action buttons", buttons)
+	}
+	// On a phone's screen every page fits its width (wide tables scroll
+	// inside their box).
+	do(chromedp.EmulateViewport(390, 844))
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead"} {
+		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
+		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		must(t, err)
+		if width > 390 {
+			t.Errorf("%s is %d px wide on a 390 px screen", path, width)
+		}
+	}
+	screenshot("console-phone.png")
+}

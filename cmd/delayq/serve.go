@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/console"
+	"github.com/delayq/delayq/shard/httpapi"
+)
+
+func serveCommand() command {
+	return command{name: "serve", summary: "serve the HTTP API (/v1) and the web console (/) until SIGINT/SIGTERM", run: runServe}
+}
+
+// runServe serves the API and the console. It keeps no state of its own,
+// so several can run side by side. Shutdown: the listener stops taking
+// requests and finishes those under way (up to DELAYQ_SHUTDOWN_TIMEOUT),
+// then the layout and the Consul watch stop, then Redis closes.
+func runServe(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 {
+		fmt.Fprintf(e.stderr, "delayq serve: unexpected arguments %q\n", args)
+		return exitUsage
+	}
+	c := e.cfg
+	tokens, err := c.httpTokens()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq serve: %v\n", err)
+		return exitUsage
+	}
+	var tlsCfg *tls.Config
+	if c.HTTPTLSCert != "" || c.HTTPTLSKey != "" {
+		pair, err := tls.LoadX509KeyPair(c.HTTPTLSCert, c.HTTPTLSKey)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "delayq serve: %s_HTTP_TLS_CERT/_KEY: %v\n", envPrefix, err)
+			return exitUsage
+		}
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	}
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq serve: %s_HTTP_ADDR: %v\n", envPrefix, err)
+		return exitUsage
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
+	defer rdb.Close()
+	ps := &parts{}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+		defer cancel()
+		if err := ps.stop(sctx); err != nil {
+			e.log.Warn("shutdown incomplete", zap.Error(err))
+		}
+	}()
+	layout, consul, err := e.layout(ctx, st, ps, false)
+	if err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
+	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
+	api := httpapi.New(httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,
+		Shards: func(ctx context.Context) (int, error) { return e.shardsToShow(ctx, st, consul) }})
+	copts := console.Options{API: api, Producer: prod, Tokens: tokens, Secure: tlsCfg != nil, Log: e.log}
+	if consul != nil {
+		copts.Fleet = func(ctx context.Context) ([]string, error) {
+			members, err := balance.Fleet(ctx, consul, c.Namespace)
+			out := make([]string, len(members))
+			for i, m := range members {
+				out[i] = fmt.Sprintf("%s (%s)", m.Host, m.Status)
+			}
+			return out, err
+		}
+	}
+	con, err := console.New(copts)
+	if err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api.Handler())
+	mux.Handle("/", con.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, ErrorLog: zap.NewStdLog(e.log.Named("http"))}
+	var served sync.WaitGroup
+	_ = ps.start(ctx, "http listener", partFuncs{
+		start: func(context.Context) error {
+			served.Go(func() {
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					e.log.Error("http listener stopped", zap.Error(err))
+				}
+			})
+			return nil
+		},
+		stop: func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			served.Wait()
+			return err
+		},
+	})
+	access := "tokens from " + c.HTTPTokensFile
+	if tokens == nil {
+		access = "no tokens: loopback only, every local caller is an admin"
+		e.log.Warn("no DELAYQ_HTTP_TOKENS_FILE: anyone on this host can read and change messages; listening on loopback only")
+	}
+	e.log.Info("delayq serve running", zap.String("addr", ln.Addr().String()), zap.Bool("tls", tlsCfg != nil),
+		zap.String("access", access), zap.String("layout", layout.Describe()))
+	<-ctx.Done()
+	e.log.Info("shutting down", zap.Duration("timeout", c.ShutdownTimeout))
+	return exitOK
+}
+
+// httpTokens reads DELAYQ_HTTP_TOKENS_FILE (nil when unset) and refuses
+// a non-loopback DELAYQ_HTTP_ADDR without tokens.
+func (c Config) httpTokens() (*httpapi.Tokens, error) {
+	if c.HTTPTokensFile == "" {
+		host, _, err := net.SplitHostPort(c.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("%s_HTTP_ADDR %q: %w", envPrefix, c.HTTPAddr, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("%s_HTTP_ADDR %s is not a loopback address: set %s_HTTP_TOKENS_FILE, or listen on 127.0.0.1",
+				envPrefix, c.HTTPAddr, envPrefix)
+		}
+		return nil, nil
+	}
+	f, err := os.Open(c.HTTPTokensFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s_HTTP_TOKENS_FILE: %w", envPrefix, err)
+	}
+	defer f.Close()
+	t, err := httpapi.ParseTokens(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s_HTTP_TOKENS_FILE %s: %w", envPrefix, c.HTTPTokensFile, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,335 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+// Options configure a Console.
+type Options struct {
+	API      *httpapi.API
+	Producer *shard.Producer
+	Tokens   *httpapi.Tokens // nil: no sign-in, every visitor is an admin
+	// Fleet, when set, lists the live scanners (from Consul) for the
+	// overview.
+	Fleet func(ctx context.Context) ([]string, error)
+	// Secure marks the cookie Secure (the server speaks TLS).
+	Secure bool
+	Log    *zap.Logger
+}
+
+// Console serves the web pages.
+type Console struct {
+	o    Options
+	tmpl *template.Template
+	key  []byte // CSRF key, per process
+	mux  *http.ServeMux
+}
+
+const cookieName = "delayq_token"
+
+// New parses the templates and returns the console.
+func New(o Options) (*Console, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{
+		"dur": func(sec float64) string {
+			return (time.Duration(sec * float64(time.Second))).Round(time.Millisecond).String()
+		},
+	}).ParseFS(files, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console templates: %w", err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
+	c := &Console{o: o, tmpl: tmpl, key: key, mux: http.NewServeMux()}
+	static, _ := fs.Sub(files, "static")
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /login", c.loginPage)
+	c.mux.HandleFunc("POST /login", c.login)
+	c.mux.HandleFunc("POST /logout", c.logout)
+	c.mux.HandleFunc("GET /{$}", c.page(httpapi.RoleRead, c.overview))
+	c.mux.HandleFunc("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
+	c.mux.HandleFunc("GET /messages", c.page(httpapi.RoleRead, c.message))
+	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleAdmin, c.cancel))
+	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleAdmin, c.reschedule))
+	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
+	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))
+	return c, nil
+}
+
+// Handler serves the console.
+func (c *Console) Handler() http.Handler { return c.mux }
+
+// session is who is looking at a page.
+type session struct {
+	Role  httpapi.Role
+	CSRF  string
+	Login bool // signed in with a token (so a sign-out makes sense)
+}
+
+// page wraps h: it needs a session of at least role (else the sign-in
+// page, or 403), and for a POST a valid CSRF token.
+func (c *Console) page(role httpapi.Role, h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := c.session(r)
+		if s.Role == httpapi.RoleNone {
+			if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/ui/") {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "sign in first", http.StatusUnauthorized)
+			return
+		}
+		if s.Role < role {
+			c.render(w, http.StatusForbidden, "error.html", map[string]any{"S": s, "Title": "Read-only",
+				"Error": "This needs an admin token; yours can only read."})
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 256<<10)
+			if err := r.ParseForm(); err != nil {
+				http.Error(w, "bad form", http.StatusBadRequest)
+				return
+			}
+			if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.CSRF)) {
+				http.Error(w, "stale or missing form token: reload the page", http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r, s)
+	}
+}
+
+func (c *Console) session(r *http.Request) session {
+	if c.o.Tokens == nil {
+		return session{Role: httpapi.RoleAdmin, CSRF: c.csrf("")}
+	}
+	ck, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}
+	}
+	role := c.o.Tokens.Role(ck.Value)
+	if role == httpapi.RoleNone {
+		return session{}
+	}
+	return session{Role: role, CSRF: c.csrf(ck.Value), Login: true}
+}
+
+// csrf is the form token of a session: an HMAC of its bearer token.
+func (c *Console) csrf(token string) string {
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte(token))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func (c *Console) render(w http.ResponseWriter, status int, name string, data map[string]any) {
+	for k, v := range map[string]any{"S": session{}, "Nav": "", "Error": "", "Done": ""} {
+		if _, ok := data[k]; !ok {
+			data[k] = v
+		}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	if err := c.tmpl.ExecuteTemplate(w, name, data); err != nil {
+		c.o.Log.Warn("render", zap.String("page", name), zap.Error(err))
+	}
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if c.o.Tokens == nil {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	c.render(w, http.StatusOK, "login.html", map[string]any{"Title": "Sign in"})
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if c.o.Tokens == nil || c.o.Tokens.Role(token) == httpapi.RoleNone {
+		c.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Title": "Sign in", "Error": "That token is not accepted."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, Secure: c.o.Secure,
+		SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, Secure: c.o.Secure,
+		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
+	st, err := c.o.API.ReadStats(r.Context())
+	data := map[string]any{"S": s, "Title": "Overview", "Nav": "overview", "Stats": st}
+	if err != nil {
+		data["Error"] = "Redis: " + err.Error()
+	}
+	if c.o.Fleet != nil {
+		fleet, err := c.o.Fleet(r.Context())
+		data["Fleet"], data["FleetErr"] = fleet, err
+		data["HasFleet"] = true
+	}
+	c.render(w, http.StatusOK, "overview.html", data)
+}
+
+// statsJSON feeds the overview's live refresh.
+func (c *Console) statsJSON(w http.ResponseWriter, r *http.Request, _ session) {
+	st, err := c.o.API.ReadStats(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = jsonEncode(w, st)
+}
+
+func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	data := map[string]any{"S": s, "Title": "Messages", "Nav": "messages", "ID": id, "Done": r.URL.Query().Get("done")}
+	if id != "" {
+		if err := shard.ValidateID(id); err != nil {
+			data["Error"] = err.Error()
+		} else if info, err := c.o.Producer.Inspect(r.Context(), id); err != nil {
+			data["Error"] = err.Error()
+		} else if info.State == shard.StateUnknown {
+			data["Error"] = fmt.Sprintf("%q is not scheduled, in flight or dead (never enqueued, delivered or cancelled).", id)
+		} else {
+			data["M"] = httpapi.MessageOf(info)
+		}
+	}
+	c.render(w, http.StatusOK, "message.html", data)
+}
+
+func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s session) {
+	id := r.PostFormValue("id")
+	if err := c.o.Producer.Cancel(r.Context(), id); err != nil {
+		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not cancelled", "Error": err.Error()})
+		return
+	}
+	http.Redirect(w, r, "/messages?done="+url.QueryEscape("cancelled "+id), http.StatusSeeOther)
+}
+
+func (c *Console) reschedule(w http.ResponseWriter, r *http.Request, s session) {
+	id := r.PostFormValue("id")
+	d, err := time.ParseDuration(strings.TrimSpace(r.PostFormValue("delay")))
+	if err != nil || d < 0 || d > shard.MaxDelay {
+		c.render(w, http.StatusBadRequest, "error.html", map[string]any{"S": s, "Title": "Not rescheduled",
+			"Error": fmt.Sprintf("delay %q: give a duration such as 90s, 30m or 2h", r.PostFormValue("delay"))})
+		return
+	}
+	due, err := c.o.Producer.RescheduleAfter(r.Context(), id, d)
+	if err != nil {
+		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not rescheduled", "Error": err.Error()})
+		return
+	}
+	http.Redirect(w, r, "/messages?id="+url.QueryEscape(id)+"&done="+url.QueryEscape("due "+due.UTC().Format(time.RFC3339)),
+		http.StatusSeeOther)
+}
+
+func (c *Console) dead(w http.ResponseWriter, r *http.Request, s session) {
+	limit := 100
+	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 && n <= httpapi.MaxDeadPage {
+		limit = n
+	}
+	list, err := c.o.API.ReadDead(r.Context(), limit)
+	data := map[string]any{"S": s, "Title": "Dead messages", "Nav": "dead", "Dead": list, "Limit": limit,
+		"Done": r.URL.Query().Get("done")}
+	if st, err := c.o.API.ReadStats(r.Context()); err == nil {
+		data["Total"] = st.Total.Dead
+	}
+	if err != nil {
+		data["Error"] = "Redis: " + err.Error()
+	}
+	c.render(w, http.StatusOK, "dead.html", data)
+}
+
+// deadAction redrives or purges the selected dead messages (ids, or all
+// of the oldest MaxSelection), after a confirmation page.
+func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) {
+	action := r.PostFormValue("action")
+	if action != "redrive" && action != "purge" {
+		http.Error(w, "unknown action", http.StatusBadRequest)
+		return
+	}
+	all := r.PostFormValue("all") == "1"
+	ids := r.PostForm["id"]
+	if len(ids) > httpapi.MaxSelection {
+		ids = ids[:httpapi.MaxSelection]
+	}
+	if !all && len(ids) == 0 {
+		http.Redirect(w, r, "/dead?done="+url.QueryEscape("nothing selected"), http.StatusSeeOther)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		c.render(w, http.StatusOK, "confirm.html", map[string]any{"S": s, "Title": "Confirm", "Nav": "dead",
+			"Action": action, "All": all, "IDs": ids})
+		return
+	}
+	if all {
+		list, err := c.o.API.ReadDead(r.Context(), httpapi.MaxSelection)
+		if err != nil {
+			c.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"S": s, "Title": "Failed", "Error": err.Error()})
+			return
+		}
+		ids = ids[:0]
+		for _, d := range list {
+			ids = append(ids, d.ID)
+		}
+	}
+	op := c.o.Producer.Redrive
+	if action == "purge" {
+		op = c.o.Producer.Purge
+	}
+	done := 0
+	for _, id := range ids {
+		if err := op(r.Context(), id); err != nil && !errors.Is(err, shard.ErrNotFound) {
+			c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Failed",
+				"Error": fmt.Sprintf("%s %s: %v (%d done before it)", action, id, err, done)})
+			return
+		}
+		done++
+	}
+	verb := map[string]string{"redrive": "redriven", "purge": "purged"}[action]
+	http.Redirect(w, r, "/dead?done="+url.QueryEscape(fmt.Sprintf("%d %s", done, verb)), http.StatusSeeOther)
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, shard.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, shard.ErrInFlight):
+		return http.StatusConflict
+	case errors.Is(err, shard.ErrInvalid):
+		return http.StatusBadRequest
+	}
+	return http.StatusServiceUnavailable
+}

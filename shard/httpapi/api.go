@@ -1,0 +1,687 @@
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/shard"
+)
+
+// Options configure an API.
+type Options struct {
+	Producer *shard.Producer
+	Store    *shard.Store
+	// Shards says how many shards may hold messages (the layout's
+	// high-water mark, at least M): what stats and dead lists cover.
+	Shards func(ctx context.Context) (int, error)
+	// Tokens are the accepted bearer tokens; nil accepts every request
+	// as an admin's (the caller then listens on loopback only).
+	Tokens *Tokens
+	// MaxBody is the largest message body (DELAYQ_MAX_BODY). Default
+	// shard.DefaultMaxBody.
+	MaxBody int
+	Log     *zap.Logger
+}
+
+// Limits of a request.
+const (
+	MaxBatch     = 1000 // messages of one batch enqueue
+	MaxDeadPage  = 500  // dead messages of one list page
+	MaxSelection = 1000 // ids of one redrive or purge
+)
+
+// API serves the JSON API under /v1.
+type API struct {
+	o      Options
+	routes []string
+	mux    *http.ServeMux
+}
+
+//go:embed openapi.json
+var openAPI []byte
+
+// New returns the API; Handler serves it.
+func New(o Options) *API {
+	if o.MaxBody <= 0 {
+		o.MaxBody = shard.DefaultMaxBody
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	a := &API{o: o, mux: http.NewServeMux()}
+	a.handle("POST /v1/messages", RoleAdmin, a.enqueue)
+	a.handle("POST /v1/messages/batch", RoleAdmin, a.enqueueBatch)
+	a.handle("GET /v1/messages/{id}", RoleRead, a.get)
+	a.handle("DELETE /v1/messages/{id}", RoleAdmin, a.cancel)
+	a.handle("POST /v1/messages/{id}/reschedule", RoleAdmin, a.reschedule)
+	a.handle("GET /v1/stats", RoleRead, a.stats)
+	a.handle("GET /v1/shards", RoleRead, a.shards)
+	a.handle("GET /v1/dead", RoleRead, a.deadList)
+	a.handle("POST /v1/dead/{id}/redrive", RoleAdmin, a.redriveOne)
+	a.handle("DELETE /v1/dead/{id}", RoleAdmin, a.purgeOne)
+	a.handle("POST /v1/dead/redrive", RoleAdmin, a.redriveMany)
+	a.handle("POST /v1/dead/purge", RoleAdmin, a.purgeMany)
+	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	a.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "no such endpoint", r.Method+" "+r.URL.Path+" (see /v1/openapi.json)", "")
+	})
+	return a
+}
+
+// Handler serves the API.
+func (a *API) Handler() http.Handler { return a.mux }
+
+// Routes lists the routes as "METHOD /path", for the OpenAPI test.
+func (a *API) Routes() []string { return a.routes }
+
+// handle registers h for pattern, for callers with at least role.
+func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
+	a.routes = append(a.routes, pattern)
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if role > RoleNone {
+			got := a.o.Tokens.Role(bearer(r))
+			switch {
+			case got == RoleNone:
+				w.Header().Set("WWW-Authenticate", `Bearer realm="delayq"`)
+				problem(w, http.StatusUnauthorized, "missing or unknown token", "send Authorization: Bearer <token>", "")
+				return
+			case got < role:
+				problem(w, http.StatusForbidden, "read-only token", "this needs an admin token", "")
+				return
+			}
+		}
+		h(w, r)
+	})
+}
+
+// bearer returns the token of an Authorization: Bearer header.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// Problem is an RFC 9457 problem document.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Field  string `json:"field,omitempty"` // the input field that is wrong
+}
+
+func problem(w http.ResponseWriter, status int, title, detail, field string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Field: field})
+}
+
+// fail maps an error of the shard package to a problem.
+func (a *API) fail(w http.ResponseWriter, err error) {
+	var ie *shard.InvalidError
+	switch {
+	case errors.As(err, &ie):
+		problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
+	case errors.Is(err, shard.ErrDuplicate):
+		problem(w, http.StatusConflict, "duplicate id", err.Error(), "id")
+	case errors.Is(err, shard.ErrInFlight):
+		problem(w, http.StatusConflict, "in flight", err.Error(), "id")
+	case errors.Is(err, shard.ErrNotFound):
+		problem(w, http.StatusNotFound, "not found", err.Error(), "id")
+	case errors.Is(err, shard.ErrCapacity), errors.Is(err, shard.ErrNotReplicated):
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "try again", err.Error(), "")
+	default:
+		a.o.Log.Warn("request failed", zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "Redis unavailable", err.Error(), "")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readBody reads a JSON request body of at most limit bytes; it writes
+// the problem and returns nil when the body is not that.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) []byte {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		problem(w, http.StatusUnsupportedMediaType, "want application/json",
+			fmt.Sprintf("Content-Type is %q", r.Header.Get("Content-Type")), "")
+		return nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		problem(w, http.StatusRequestEntityTooLarge, "body too large", fmt.Sprintf("more than %d bytes", limit), "")
+		return nil
+	case err != nil:
+		problem(w, http.StatusBadRequest, "unreadable body", err.Error(), "")
+		return nil
+	}
+	return b
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields
+// and trailing data.
+func decodeStrict(w http.ResponseWriter, b []byte, v any) bool {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		problem(w, http.StatusBadRequest, "invalid JSON", strings.TrimPrefix(err.Error(), "json: "), "")
+		return false
+	}
+	if dec.More() {
+		problem(w, http.StatusBadRequest, "invalid JSON", "more than one value", "")
+		return false
+	}
+	return true
+}
+
+// messageLimit is the largest body of a request holding one message.
+func (a *API) messageLimit() int64 { return int64(a.o.MaxBody)*4/3 + 64<<10 }
+
+// Scheduled is the answer to an enqueue.
+type Scheduled struct {
+	ID    string `json:"id"`
+	Shard int    `json:"shard"`
+	Due   string `json:"due"`
+}
+
+func (a *API) enqueue(w http.ResponseWriter, r *http.Request) {
+	b := readBody(w, r, a.messageLimit())
+	if b == nil {
+		return
+	}
+	m, err := shard.ParseLine(b)
+	if err != nil {
+		a.badMessage(w, err)
+		return
+	}
+	s, err := a.o.Producer.Enqueue(r.Context(), m)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, Scheduled{ID: s.ID, Shard: s.Shard, Due: s.Due.UTC().Format(time.RFC3339Nano)})
+}
+
+// badMessage reports a message that does not parse: a rule of the
+// message names its field; anything else is the JSON.
+func (a *API) badMessage(w http.ResponseWriter, err error) {
+	var ie *shard.InvalidError
+	if errors.As(err, &ie) {
+		problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
+		return
+	}
+	problem(w, http.StatusBadRequest, "invalid message", err.Error(), "")
+}
+
+// BatchItem is the outcome of one message of a batch.
+type BatchItem struct {
+	ID     string `json:"id,omitempty"`
+	Status string `json:"status"` // scheduled, duplicate, invalid, failed
+	Shard  *int   `json:"shard,omitempty"`
+	Due    string `json:"due,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Field  string `json:"field,omitempty"`
+}
+
+// DecodeBatch reads a batch request, {"messages": [ … ]} with each
+// message in the JSON lines form: the messages that parse, the index of
+// each in the request, and an item for each that does not.
+func DecodeBatch(b []byte) (msgs []shard.Message, index []int, items []BatchItem, err error) {
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, nil, nil, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return nil, nil, nil, errors.New("invalid JSON: more than one value")
+	}
+	if len(req.Messages) == 0 || len(req.Messages) > MaxBatch {
+		return nil, nil, nil, fmt.Errorf("messages: %d, want 1 to %d", len(req.Messages), MaxBatch)
+	}
+	items = make([]BatchItem, len(req.Messages))
+	for i, raw := range req.Messages {
+		m, err := shard.ParseLine(raw)
+		if err != nil {
+			items[i] = BatchItem{ID: m.ID, Status: "invalid", Error: err.Error()}
+			var ie *shard.InvalidError
+			if errors.As(err, &ie) {
+				items[i].Field = ie.Field
+			}
+			continue
+		}
+		msgs, index = append(msgs, m), append(index, i)
+	}
+	return msgs, index, items, nil
+}
+
+func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
+	b := readBody(w, r, int64(MaxBatch)*a.messageLimit())
+	if b == nil {
+		return
+	}
+	msgs, index, items, err := DecodeBatch(b)
+	if err != nil {
+		problem(w, http.StatusBadRequest, "invalid batch", err.Error(), "messages")
+		return
+	}
+	if len(msgs) > 0 {
+		res, _ := a.o.Producer.EnqueueBatch(r.Context(), msgs)
+		for j, br := range res {
+			it := &items[index[j]]
+			it.ID = br.ID
+			var ie *shard.InvalidError
+			switch {
+			case br.Err == nil:
+				sh := br.Shard
+				it.Status, it.Shard, it.Due = "scheduled", &sh, br.Due.UTC().Format(time.RFC3339Nano)
+			case errors.Is(br.Err, shard.ErrDuplicate):
+				it.Status = "duplicate"
+			case errors.As(br.Err, &ie):
+				it.Status, it.Error, it.Field = "invalid", br.Err.Error(), ie.Field
+			default:
+				it.Status, it.Error = "failed", br.Err.Error()
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": items})
+}
+
+// Message is a message as GET /v1/messages/{id} shows it.
+type Message struct {
+	ID          string         `json:"id"`
+	State       shard.State    `json:"state"`
+	Shard       int            `json:"shard"`
+	At          string         `json:"at,omitempty"` // due, lease deadline or dead since, by state
+	Scheduled   string         `json:"scheduled,omitempty"`
+	Attempts    int            `json:"attempts"`
+	Reason      string         `json:"reason,omitempty"`
+	Topic       string         `json:"topic,omitempty"`
+	Exchange    string         `json:"exchange,omitempty"`
+	RoutingKey  string         `json:"routing_key,omitempty"`
+	ContentType string         `json:"content_type,omitempty"`
+	Properties  map[string]any `json:"properties,omitempty"`
+	Headers     map[string]any `json:"headers,omitempty"` // typed: see shard.ParseJSONValue
+	Body        *string        `json:"body,omitempty"`    // when it is UTF-8 text
+	BodyBase64  *string        `json:"body_base64,omitempty"`
+	Corrupt     string         `json:"corrupt,omitempty"`
+}
+
+// MessageOf renders what Inspect found.
+func MessageOf(info shard.Info) Message {
+	v := Message{ID: info.ID, State: info.State, Shard: info.Shard, Attempts: info.Attempts, Reason: info.Reason}
+	if !info.At.IsZero() {
+		v.At = info.At.UTC().Format(time.RFC3339Nano)
+	}
+	if !info.Scheduled.IsZero() {
+		v.Scheduled = info.Scheduled.UTC().Format(time.RFC3339Nano)
+	}
+	if e := info.Envelope; e != nil {
+		v.Topic, v.Exchange, v.RoutingKey, v.ContentType = e.Topic, e.Exchange, e.RoutingKey, e.ContentType
+		v.Properties = PropertiesOf(e.Properties)
+		if len(e.Headers) > 0 {
+			v.Headers = map[string]any{}
+			for _, h := range e.Headers {
+				v.Headers[h.Key] = shard.JSONValue(h.Value)
+			}
+		}
+		if utf8.Valid(e.Body) {
+			s := string(e.Body)
+			v.Body = &s
+		} else {
+			s := base64.StdEncoding.EncodeToString(e.Body)
+			v.BodyBase64 = &s
+		}
+	}
+	if info.Corrupt != nil {
+		v.Corrupt = info.Corrupt.Error()
+	}
+	return v
+}
+
+// PropertiesOf lists the AMQP properties that are set, with the names of
+// the JSON lines form; nil when none is.
+func PropertiesOf(p shard.Properties) map[string]any {
+	out := map[string]any{}
+	for k, v := range map[string]string{"content_encoding": p.ContentEncoding, "correlation_id": p.CorrelationID,
+		"reply_to": p.ReplyTo, "expiration": p.Expiration, "type": p.Type, "app_id": p.AppID} {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	if p.Priority != 0 {
+		out["priority"] = p.Priority
+	}
+	if p.DeliveryMode != 0 {
+		out["delivery_mode"] = p.DeliveryMode
+	}
+	if !p.Timestamp.IsZero() {
+		out["timestamp"] = p.Timestamp.Unix()
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// pathID returns the {id} of the path, checked.
+func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := shard.ValidateID(id); err != nil {
+		var ie *shard.InvalidError
+		if errors.As(err, &ie) {
+			problem(w, http.StatusBadRequest, "invalid id", ie.Reason, "id")
+		}
+		return "", false
+	}
+	return id, true
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	info, err := a.o.Producer.Inspect(r.Context(), id)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	if info.State == shard.StateUnknown {
+		problem(w, http.StatusNotFound, "unknown id", fmt.Sprintf("%q is not scheduled, in flight or dead", id), "id")
+		return
+	}
+	writeJSON(w, http.StatusOK, MessageOf(info))
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if err := a.o.Producer.Cancel(r.Context(), id); err != nil {
+		a.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) reschedule(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	b := readBody(w, r, 4<<10)
+	if b == nil {
+		return
+	}
+	var req struct {
+		DelayMs *int64 `json:"delay_ms"`
+		AtMs    *int64 `json:"at_ms"`
+	}
+	if !decodeStrict(w, b, &req) {
+		return
+	}
+	var due time.Time
+	var err error
+	switch {
+	case (req.DelayMs == nil) == (req.AtMs == nil):
+		problem(w, http.StatusBadRequest, "invalid delay_ms", "give delay_ms or at_ms", "delay_ms")
+		return
+	case req.DelayMs != nil:
+		if *req.DelayMs < 0 || *req.DelayMs > shard.MaxDelay.Milliseconds() {
+			problem(w, http.StatusBadRequest, "invalid delay_ms", fmt.Sprintf("%d is outside [0, %d]", *req.DelayMs,
+				shard.MaxDelay.Milliseconds()), "delay_ms")
+			return
+		}
+		due, err = a.o.Producer.RescheduleAfter(r.Context(), id, time.Duration(*req.DelayMs)*time.Millisecond)
+	default:
+		due, err = a.o.Producer.Reschedule(r.Context(), id, time.UnixMilli(*req.AtMs))
+	}
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "due": due.UTC().Format(time.RFC3339Nano)})
+}
+
+// ShardStats is one shard's counts.
+type ShardStats struct {
+	Shard            int     `json:"shard"`
+	Node             string  `json:"node,omitempty"` // the Redis Cluster master holding the shard
+	Scheduled        int64   `json:"scheduled"`
+	DueNow           int64   `json:"due_now"`
+	InFlight         int64   `json:"in_flight"`
+	Dead             int64   `json:"dead"`
+	NextDue          string  `json:"next_due,omitempty"`
+	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
+}
+
+// Stats are the counts of every shard and their total (Shard -1).
+type Stats struct {
+	Namespace string       `json:"namespace"`
+	Shards    []ShardStats `json:"shards"`
+	Total     ShardStats   `json:"total"`
+}
+
+// ReadStats counts every shard (one pipelined round trip).
+func (a *API) ReadStats(ctx context.Context) (Stats, error) {
+	n, err := a.o.Shards(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	all, err := a.o.Store.Stats(ctx, n)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Summarize(a.o.Store.Namespace(), all), nil
+}
+
+// Summarize turns the counts of the shards into Stats with their total.
+func Summarize(ns string, all []shard.Stats) Stats {
+	v := Stats{Namespace: ns, Total: ShardStats{Shard: -1}}
+	var next int64 = -1
+	for _, s := range all {
+		row := ShardStats{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead,
+			OldestOverdueSec: s.OldestOverdue().Seconds()}
+		if s.HeadMs >= 0 {
+			row.NextDue = time.UnixMilli(s.HeadMs).UTC().Format(time.RFC3339Nano)
+			if next < 0 || s.HeadMs < next {
+				next = s.HeadMs
+			}
+		}
+		v.Shards = append(v.Shards, row)
+		t := &v.Total
+		t.Scheduled += row.Scheduled
+		t.DueNow += row.DueNow
+		t.InFlight += row.InFlight
+		t.Dead += row.Dead
+		t.OldestOverdueSec = max(t.OldestOverdueSec, row.OldestOverdueSec)
+	}
+	if next >= 0 {
+		v.Total.NextDue = time.UnixMilli(next).UTC().Format(time.RFC3339Nano)
+	}
+	return v
+}
+
+func (a *API) stats(w http.ResponseWriter, r *http.Request) {
+	v, err := a.ReadStats(r.Context())
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (a *API) shards(w http.ResponseWriter, r *http.Request) {
+	n, err := a.o.Shards(r.Context())
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	lay, err := a.o.Store.ReadLayout(r.Context())
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"shards": n, "high_water": lay.HighWater, "used": lay.Used})
+}
+
+// DeadMessage is one entry of the dead list.
+type DeadMessage struct {
+	ID     string `json:"id"`
+	Shard  int    `json:"shard"`
+	Since  string `json:"since"`
+	Reason string `json:"reason"`
+}
+
+// ReadDead lists up to limit dead messages, oldest first.
+func (a *API) ReadDead(ctx context.Context, limit int) ([]DeadMessage, error) {
+	n, err := a.o.Shards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list, err := a.o.Store.DeadList(ctx, n, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadMessage, len(list))
+	for i, d := range list {
+		out[i] = DeadMessage{ID: d.ID, Shard: d.Shard, Since: d.Since.UTC().Format(time.RFC3339Nano), Reason: d.Reason}
+	}
+	return out, nil
+}
+
+func (a *API) deadList(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxDeadPage {
+			problem(w, http.StatusBadRequest, "invalid limit", fmt.Sprintf("%q, want 1 to %d", s, MaxDeadPage), "limit")
+			return
+		}
+		limit = n
+	}
+	list, err := a.ReadDead(r.Context(), limit)
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead": list})
+}
+
+func (a *API) redriveOne(w http.ResponseWriter, r *http.Request) {
+	a.deadOne(w, r, a.o.Producer.Redrive)
+}
+
+func (a *API) purgeOne(w http.ResponseWriter, r *http.Request) {
+	a.deadOne(w, r, a.o.Producer.Purge)
+}
+
+func (a *API) deadOne(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	if err := op(r.Context(), id); err != nil {
+		a.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) redriveMany(w http.ResponseWriter, r *http.Request) {
+	a.deadMany(w, r, a.o.Producer.Redrive)
+}
+
+func (a *API) purgeMany(w http.ResponseWriter, r *http.Request) {
+	a.deadMany(w, r, a.o.Producer.Purge)
+}
+
+// deadMany redrives or purges {"ids": [...]} or {"all": true} (the
+// oldest MaxSelection dead messages; the answer says how many are left).
+func (a *API) deadMany(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+	b := readBody(w, r, 64<<10+int64(MaxSelection)*(shard.MaxIDLen+8))
+	if b == nil {
+		return
+	}
+	var req struct {
+		IDs []string `json:"ids"`
+		All bool     `json:"all"`
+	}
+	if !decodeStrict(w, b, &req) {
+		return
+	}
+	switch {
+	case req.All == (len(req.IDs) > 0):
+		problem(w, http.StatusBadRequest, "invalid selection", `give "ids" or "all": true`, "ids")
+		return
+	case len(req.IDs) > MaxSelection:
+		problem(w, http.StatusBadRequest, "invalid ids", fmt.Sprintf("%d ids, at most %d", len(req.IDs), MaxSelection), "ids")
+		return
+	}
+	for i, id := range req.IDs {
+		if err := shard.ValidateID(id); err != nil {
+			problem(w, http.StatusBadRequest, "invalid id", err.Error(), fmt.Sprintf("ids[%d]", i))
+			return
+		}
+	}
+	if req.All {
+		list, err := a.ReadDead(r.Context(), MaxSelection)
+		if err != nil {
+			a.fail(w, err)
+			return
+		}
+		for _, d := range list {
+			req.IDs = append(req.IDs, d.ID)
+		}
+	}
+	done, missing := 0, 0
+	for _, id := range req.IDs {
+		err := op(r.Context(), id)
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, shard.ErrNotFound):
+			missing++
+		default:
+			a.fail(w, err)
+			return
+		}
+	}
+	left := 0
+	if req.All {
+		if st, err := a.ReadStats(r.Context()); err == nil {
+			left = int(st.Total.Dead)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"done": done, "not_dead": missing, "dead_left": left})
+}

@@ -1,0 +1,29 @@
+// Package httpapi is delayq's JSON API under /v1, for services that do not
+// speak AMQP or Go: enqueue (one or a batch), get, cancel and reschedule a
+// message; stats and shards; list, redrive and purge dead messages. The
+// OpenAPI 3 document is served at /v1/openapi.json and checked against the
+// routes by a test.
+//
+// It is stateless: every read and write goes through shard.Producer and
+// shard.Store, the same bounded scripts as the CLI; nothing here builds a
+// key or runs a script. A message in a request is in the JSON lines form
+// (shard.ParseLine), with typed headers, so one codec serves the SDK, the
+// CLI, the AMQP ingress and HTTP.
+//
+// # Guarantees
+//
+//   - Access: a bearer token (Tokens: read or admin), compared in constant
+//     time, never logged. Without tokens every request is an admin's; the
+//     caller must then listen on loopback only (delayq serve does).
+//   - Bad input is a 4xx application/problem+json naming the field, and
+//     nothing is written: malformed JSON, unknown fields, a wrong content
+//     type (415), an oversized body (413), invalid ids.
+//   - Bounded: each request does bounded Redis work: at most MaxBatch
+//     messages, MaxDeadPage dead messages listed, MaxSelection redriven or
+//     purged; stats is one pipelined round trip over the shards.
+//
+// # Non-guarantees
+//
+//   - A batch is not atomic: each message succeeds or fails on its own.
+//   - A dead list is a snapshot of the oldest messages, not a cursor.
+package httpapi
