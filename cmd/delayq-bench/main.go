@@ -41,6 +41,8 @@ type config struct {
 	fixedLimit  float64 // when > 0, the steady runs' limit instead of (c)
 	goroutines  int
 	only        map[string]bool // scenarios to run; empty: all
+
+	consolePending int
 }
 
 func main() {
@@ -53,6 +55,7 @@ func main() {
 	flag.DurationVar(&c.idleFor, "idle", 60*time.Second, "length of the idle measurement")
 	flag.IntVar(&c.burst, "burst", 1_000_000, "messages due at the same millisecond in the burst")
 	flag.IntVar(&c.memory, "memory", 1_000_000, "pending messages for the memory measurement")
+	flag.IntVar(&c.consolePending, "console-pending", 10_000_000, "pending messages (over 256 shards) behind the console and API timings")
 	flag.IntVar(&c.backlog, "backlog", 60_000, "messages of the saturated-dispatch runs")
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
@@ -61,7 +64,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (c) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress,console); "+
 		"the ceilings always run; steady and burst take their k from saturated, or all of -batches without it")
 	flag.Parse()
 	c.batches, c.scanners = ints(batches), ints(scanners)
@@ -82,6 +85,7 @@ func main() {
 	if c.quick {
 		c.steadyFor, c.idleFor = 6*time.Second, 10*time.Second
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
+		c.consolePending = 200_000
 		c.scanners = []int{1, 2}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -122,6 +126,7 @@ type results struct {
 	Idle      *idleResult       `json:"idle,omitempty"`
 	Memory    *memoryResult     `json:"memory,omitempty"`
 	Ingress   *ingressResult    `json:"ingress,omitempty"`
+	Console   *consoleResult    `json:"console,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -214,6 +219,12 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "CPU per message: (i)\t%s\t\t\n", in.ConsumeAckCPU)
 		fmt.Fprintf(tw, "CPU per message: (ii)\t%s\t\t\n", in.EnqueueBatchCPU)
 		fmt.Fprintf(tw, "CPU per message: ingress\t%s\t\t\n", in.CPU)
+	}
+	if c := r.Console; c != nil {
+		fmt.Fprintf(tw, "\nCONSOLE AND API (M=%d, %d pending, %d requests each)\tp50\tp99\tmax\t\n", c.Shards, c.Pending, c.Requests)
+		for _, e := range c.Endpoints {
+			fmt.Fprintf(tw, "GET %s\t%s\t%s\t%s\t\n", e.Path, ms(e.P50), ms(e.P99), ms(e.Max))
+		}
 	}
 	fmt.Fprintln(tw, "\nTARGETS\tvalue\ttarget\t")
 	for _, t := range r.Targets {

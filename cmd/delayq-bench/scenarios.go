@@ -74,7 +74,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"ingress", b.ingress}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"ingress", b.ingress}, {"console", b.console}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -115,11 +115,16 @@ func (b *bench) namespace(what string) string {
 // fill enqueues n messages in namespace ns, due after delay (or at the
 // same absolute millisecond when at is non-zero), in pipelined batches.
 func (b *bench) fill(ctx context.Context, ns string, n int, delay time.Duration, at time.Time) (*shard.Producer, error) {
+	return b.fillM(ctx, ns, n, shards, delay, at)
+}
+
+// fillM is fill over m shards.
+func (b *bench) fillM(ctx context.Context, ns string, n, m int, delay time.Duration, at time.Time) (*shard.Producer, error) {
 	st, err := shard.NewStore(b.rdb, ns)
 	if err != nil {
 		return nil, err
 	}
-	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
+	prod := shard.NewProducer(st, balance.Static(m), shard.ProducerOptions{})
 	const batch = 2000
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -1051,6 +1056,12 @@ func (b *bench) targets() {
 		r.check("idle Redis commands", i.CommandsPerSec <= float64(i.Shards),
 			fmt.Sprintf("%.1f/s for M=%d", i.CommandsPerSec, i.Shards), "<= 1 per shard per second, fleet-wide")
 		r.check("idle scanner CPU", i.MaxCPUPercent < 1, fmt.Sprintf("%.2f%%", i.MaxCPUPercent), "< 1% of a core")
+	}
+	if c := r.Console; c != nil {
+		for _, e := range c.Endpoints {
+			r.check("console/API with a large backlog: "+e.Path, e.P99 <= 250*time.Millisecond,
+				fmt.Sprintf("p99 %s (M=%d, %d pending)", ms(e.P99), c.Shards, c.Pending), "p99 <= 250ms")
+		}
 	}
 	if in := r.Ingress; in != nil {
 		r.check("AMQP ingress", in.OfLower >= 0.8, fmt.Sprintf("%.0f%% of the lower ceiling", 100*in.OfLower),

@@ -3,10 +3,16 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +28,7 @@ const (
 )
 
 // serve starts `delayq serve` with a tokens file and returns its base URL.
-func (w *world) serve(t *testing.T) string {
+func (w *world) serve(t *testing.T, extraEnv ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -32,13 +38,22 @@ func (w *world) serve(t *testing.T) string {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_HTTP_ADDR="+addr, "DELAYQ_HTTP_TOKENS_FILE="+tokens)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	log := &lockedWriter{w: &bytes.Buffer{}}
 	cmd.Stdout, cmd.Stderr = log, log
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	base := "http://" + addr
-	shardtest.WaitFor(t, 20*time.Second, func() bool { code, _ := get(base + "/v1/openapi.json"); return code == 200 },
-		func() string { return "serve never answered:\n" + log.String() })
+	if slices.ContainsFunc(extraEnv, func(s string) bool { return strings.HasPrefix(s, "DELAYQ_HTTP_TLS_CERT=") }) {
+		base = "https://" + addr
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, func() string { return "serve never listened:\n" + log.String() })
 	if strings.Contains(log.String(), consoleAdmin) || strings.Contains(log.String(), consoleRead) {
 		t.Errorf("a token appears in the log:\n%s", log.String())
 	}
@@ -177,4 +192,50 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 	screenshot("console-phone.png")
+}
+
+// TestServeOverHTTPSAndSetShards: serve speaks HTTPS with the configured
+// certificate; M is set over the API with a check-and-set in Consul; a
+// serve without tokens refuses a non-loopback address.
+func TestServeOverHTTPSAndSetShards(t *testing.T) {
+	w := newWorld(t, 4)
+	w.withConsul(t)
+	w.setM(4)
+	certs, err := shardtest.WriteTestCerts(t.TempDir())
+	must(t, err)
+	base := w.serve(t, "DELAYQ_HTTP_TLS_CERT="+certs.Cert, "DELAYQ_HTTP_TLS_KEY="+certs.Key)
+	pem, err := os.ReadFile(certs.CA)
+	must(t, err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	put := func(body string) (int, string) {
+		req, err := http.NewRequest("PUT", base+"/v1/shards", strings.NewReader(body))
+		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+consoleAdmin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := cl.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := put(`{"m":8,"expect":4}`); code != 200 || !strings.Contains(body, `"from":4`) || !strings.Contains(body, `"to":8`) {
+		t.Errorf("set M 4 -> 8: %d %s", code, body)
+	}
+	if code, body := put(`{"m":16,"expect":4}`); code != 409 || !strings.Contains(body, "M is 8 now") {
+		t.Errorf("set M expecting a stale 4: %d %s", code, body)
+	}
+	if code, body := put(`{"m":0}`); code != 400 || !strings.Contains(body, `"field":"m"`) {
+		t.Errorf("set M 0: %d %s", code, body)
+	}
+	if out, _, _ := w.delayq("", "shards"); !strings.Contains(out, "M 8") {
+		t.Errorf("delayq shards after the API set M:\n%s", out)
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_HTTP_ADDR=0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "DELAYQ_HTTP_TOKENS_FILE") {
+		t.Errorf("serve on 0.0.0.0 without tokens: %v\n%s", err, out)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,8 +76,33 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		return e.fail("serve", err)
 	}
 	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
-	api := httpapi.New(httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,
-		Shards: func(ctx context.Context) (int, error) { return e.shardsToShow(ctx, st, consul) }})
+	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,
+		Shards: func(ctx context.Context) (int, error) { return e.shardsToShow(ctx, st, consul) }}
+	if consul != nil {
+		apiOpts.SetShards = func(ctx context.Context, m, expect int) (int, error) {
+			if _, err := balance.ParseShardCount(strconv.Itoa(m)); err != nil {
+				return 0, &shard.InvalidError{Field: "m", Reason: err.Error()}
+			}
+			old, _, index, err := e.currentM(ctx, consul)
+			if err != nil {
+				return 0, err
+			}
+			if expect > 0 && old != expect {
+				return old, httpapi.ErrShardsChanged
+			}
+			ok, err := balance.SetShardCount(ctx, consul, c.consulKey(), m, index)
+			if err != nil {
+				return old, err
+			}
+			if !ok {
+				now, _, _, _ := e.currentM(ctx, consul)
+				return now, httpapi.ErrShardsChanged
+			}
+			e.log.Info("M set over HTTP", zap.Int("from", old), zap.Int("to", m))
+			return old, nil
+		}
+	}
+	api := httpapi.New(apiOpts)
 	copts := console.Options{API: api, Producer: prod, Tokens: tokens, Secure: tlsCfg != nil, Log: e.log}
 	if consul != nil {
 		copts.Fleet = func(ctx context.Context) ([]string, error) {

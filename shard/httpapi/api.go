@@ -27,6 +27,10 @@ type Options struct {
 	// Shards says how many shards may hold messages (the layout's
 	// high-water mark, at least M): what stats and dead lists cover.
 	Shards func(ctx context.Context) (int, error)
+	// SetShards, when set, changes M with a check-and-set: to m, if M is
+	// still expect (0: whatever it is); it returns the M it replaced.
+	// ErrShardsStatic and ErrShardsChanged are its refusals.
+	SetShards func(ctx context.Context, m, expect int) (from int, err error)
 	// Tokens are the accepted bearer tokens; nil accepts every request
 	// as an admin's (the caller then listens on loopback only).
 	Tokens *Tokens
@@ -35,6 +39,14 @@ type Options struct {
 	MaxBody int
 	Log     *zap.Logger
 }
+
+// Refusals of Options.SetShards.
+var (
+	// ErrShardsStatic: M is configured, not in Consul; it cannot be set.
+	ErrShardsStatic = errors.New("the shard count is static (DELAYQ_SHARDS): setting it needs Consul")
+	// ErrShardsChanged: M is no longer the one the caller expected.
+	ErrShardsChanged = errors.New("the shard count changed meanwhile")
+)
 
 // Limits of a request.
 const (
@@ -69,6 +81,7 @@ func New(o Options) *API {
 	a.handle("POST /v1/messages/{id}/reschedule", RoleAdmin, a.reschedule)
 	a.handle("GET /v1/stats", RoleRead, a.stats)
 	a.handle("GET /v1/shards", RoleRead, a.shards)
+	a.handle("PUT /v1/shards", RoleAdmin, a.setShards)
 	a.handle("GET /v1/dead", RoleRead, a.deadList)
 	a.handle("POST /v1/dead/{id}/redrive", RoleAdmin, a.redriveOne)
 	a.handle("DELETE /v1/dead/{id}", RoleAdmin, a.purgeOne)
@@ -553,6 +566,35 @@ func (a *API) shards(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"shards": n, "high_water": lay.HighWater, "used": lay.Used})
+}
+
+func (a *API) setShards(w http.ResponseWriter, r *http.Request) {
+	b := readBody(w, r, 4<<10)
+	if b == nil {
+		return
+	}
+	var req struct {
+		M      int `json:"m"`
+		Expect int `json:"expect"`
+	}
+	if !decodeStrict(w, b, &req) {
+		return
+	}
+	if a.o.SetShards == nil {
+		problem(w, http.StatusConflict, "M cannot be set here", ErrShardsStatic.Error(), "m")
+		return
+	}
+	from, err := a.o.SetShards(r.Context(), req.M, req.Expect)
+	switch {
+	case errors.Is(err, ErrShardsStatic):
+		problem(w, http.StatusConflict, "M cannot be set here", err.Error(), "m")
+	case errors.Is(err, ErrShardsChanged):
+		problem(w, http.StatusConflict, "M changed meanwhile", fmt.Sprintf("M is %d now; check and send again", from), "expect")
+	case err != nil:
+		a.fail(w, err)
+	default:
+		writeJSON(w, http.StatusOK, map[string]int{"from": from, "to": req.M})
+	}
 }
 
 // DeadMessage is one entry of the dead list.
