@@ -260,9 +260,9 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s session) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 && n <= httpapi.MaxDeadPage {
 		limit = n
 	}
-	list, err := c.o.API.ReadDead(r.Context(), limit)
-	data := map[string]any{"S": s, "Title": "Dead messages", "Nav": "dead", "Dead": list, "Limit": limit,
-		"Done": r.URL.Query().Get("done")}
+	page, err := c.o.API.ReadDead(r.Context(), r.URL.Query().Get("after"), limit)
+	data := map[string]any{"S": s, "Title": "Dead messages", "Nav": "dead", "Dead": page.Dead, "Limit": limit,
+		"Done": r.URL.Query().Get("done"), "Next": page.Next, "Paged": r.URL.Query().Get("after") != ""}
 	if st, err := c.o.API.ReadStats(r.Context()); err == nil {
 		data["Total"] = st.Total.Dead
 	}
@@ -295,13 +295,13 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	if all {
-		list, err := c.o.API.ReadDead(r.Context(), httpapi.MaxSelection)
+		page, err := c.o.API.ReadDead(r.Context(), "", httpapi.MaxSelection)
 		if err != nil {
 			c.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"S": s, "Title": "Failed", "Error": err.Error()})
 			return
 		}
 		ids = ids[:0]
-		for _, d := range list {
+		for _, d := range page.Dead {
 			ids = append(ids, d.ID)
 		}
 	}

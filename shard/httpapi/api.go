@@ -605,21 +605,36 @@ type DeadMessage struct {
 	Reason string `json:"reason"`
 }
 
-// ReadDead lists up to limit dead messages, oldest first.
-func (a *API) ReadDead(ctx context.Context, limit int) ([]DeadMessage, error) {
+// DeadPage is a page of the dead list.
+type DeadPage struct {
+	Dead []DeadMessage `json:"dead"`
+	Next string        `json:"next,omitempty"` // the after of the next page
+	More bool          `json:"more"`
+}
+
+// ReadDead lists up to limit dead messages after the cursor (""
+// for the oldest), oldest first.
+func (a *API) ReadDead(ctx context.Context, after string, limit int) (DeadPage, error) {
+	cur, err := shard.ParseDeadCursor(after)
+	if err != nil {
+		return DeadPage{}, err
+	}
 	n, err := a.o.Shards(ctx)
 	if err != nil {
-		return nil, err
+		return DeadPage{}, err
 	}
-	list, err := a.o.Store.DeadList(ctx, n, limit)
+	list, next, more, err := a.o.Store.DeadPage(ctx, n, cur, limit)
 	if err != nil {
-		return nil, err
+		return DeadPage{}, err
 	}
-	out := make([]DeadMessage, len(list))
+	p := DeadPage{Dead: make([]DeadMessage, len(list)), More: more}
+	if more {
+		p.Next = next.String()
+	}
 	for i, d := range list {
-		out[i] = DeadMessage{ID: d.ID, Shard: d.Shard, Since: d.Since.UTC().Format(time.RFC3339Nano), Reason: d.Reason}
+		p.Dead[i] = DeadMessage{ID: d.ID, Shard: d.Shard, Since: d.Since.UTC().Format(time.RFC3339Nano), Reason: d.Reason}
 	}
-	return out, nil
+	return p, nil
 }
 
 func (a *API) deadList(w http.ResponseWriter, r *http.Request) {
@@ -632,12 +647,12 @@ func (a *API) deadList(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	list, err := a.ReadDead(r.Context(), limit)
+	page, err := a.ReadDead(r.Context(), r.URL.Query().Get("after"), limit)
 	if err != nil {
 		a.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead": list})
+	writeJSON(w, http.StatusOK, page)
 }
 
 func (a *API) redriveOne(w http.ResponseWriter, r *http.Request) {
@@ -697,12 +712,12 @@ func (a *API) deadMany(w http.ResponseWriter, r *http.Request, op func(context.C
 		}
 	}
 	if req.All {
-		list, err := a.ReadDead(r.Context(), MaxSelection)
+		page, err := a.ReadDead(r.Context(), "", MaxSelection)
 		if err != nil {
 			a.fail(w, err)
 			return
 		}
-		for _, d := range list {
+		for _, d := range page.Dead {
 			req.IDs = append(req.IDs, d.ID)
 		}
 	}

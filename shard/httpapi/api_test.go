@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -219,6 +220,18 @@ func TestDeadRedriveAndPurge(t *testing.T) {
 	dead, _ := v["dead"].([]any)
 	if code != 200 || len(dead) != 3 || dead[0].(map[string]any)["reason"] != "no route for topic t" {
 		t.Fatalf("dead list: %d %v", code, v)
+	}
+	code, v = f.do("GET", "/v1/dead?limit=2", readToken, "", "")
+	next, _ := v["next"].(string)
+	if page, _ := v["dead"].([]any); code != 200 || len(page) != 2 || v["more"] != true || next == "" {
+		t.Fatalf("first page of 2: %d %v", code, v)
+	}
+	code, v = f.do("GET", "/v1/dead?limit=2&after="+url.QueryEscape(next), readToken, "", "")
+	if page, _ := v["dead"].([]any); code != 200 || len(page) != 1 || v["more"] != false {
+		t.Errorf("second page: %d %v", code, v)
+	}
+	if code, v = f.do("GET", "/v1/dead?after=soon", readToken, "", ""); code != 400 || v["field"] != "after" {
+		t.Errorf("bad cursor: %d %v", code, v)
 	}
 	if code, v = f.do("POST", "/v1/dead/d1/redrive", adminToken, "", ""); code != 204 {
 		t.Errorf("redrive: %d %v", code, v)

@@ -25,5 +25,7 @@
 // # Non-guarantees
 //
 //   - A batch is not atomic: each message succeeds or fails on its own.
-//   - A dead list is a snapshot of the oldest messages, not a cursor.
+//   - The dead list is paged by a cursor (the time and id of a page's last
+//     message): a walk, not a snapshot. A message redriven meanwhile may
+//     come back on a later page when it dies again.
 package httpapi
