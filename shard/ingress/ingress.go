@@ -298,6 +298,14 @@ func (in *Ingress) session(ctx context.Context) error {
 	}
 	in.m.Consuming.Set(1)
 	in.log.Info("ingress consuming", zap.Int("queues", len(in.opts.Routes)), zap.Int("prefetch", in.opts.Prefetch))
+	if in.opts.ExchangeExists != nil {
+		for _, r := range in.opts.Routes {
+			if ok, err := in.opts.ExchangeExists(ctx, r.Exchange); err == nil && !ok {
+				in.log.Error("the target exchange of an ingress queue does not exist: its messages are rejected to the dead-letter exchange until it does",
+					zap.String("queue", r.Queue), zap.String("exchange", r.Exchange))
+			}
+		}
+	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	select {
 	case <-ctx.Done():
