@@ -382,31 +382,14 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 	p.mu.Lock()
 	first := p.next
 	p.mu.Unlock()
-	var conn *amqp.Connection
-	var errs []error
-	used := 0
-	for i := range p.opts.URLs {
-		used = (first + i) % len(p.opts.URLs)
-		c, err := amqp.DialConfig(p.opts.URLs[used], amqp.Config{
-			Dial:            dialGathering(p.opts.DialTimeout),
-			Heartbeat:       10 * time.Second,
-			Properties:      props,
-			TLSClientConfig: p.opts.TLS,
-		})
-		if err == nil {
-			conn = c
-			break
-		}
-		if len(p.opts.URLs) == 1 {
-			return nil, err
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", Redact(p.opts.URLs[used]), err))
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	if conn == nil {
-		return nil, errors.Join(errs...)
+	conn, used, err := DialNodes(ctx, p.opts.URLs, first, amqp.Config{
+		Dial:            dialGathering(p.opts.DialTimeout),
+		Heartbeat:       10 * time.Second,
+		Properties:      props,
+		TLSClientConfig: p.opts.TLS,
+	})
+	if err != nil {
+		return nil, err
 	}
 	chans := make([]*channel, p.opts.Channels)
 	for i := range chans {
@@ -432,6 +415,30 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		p.wg.Go(func() { p.handleChannel(conn, c) })
 	}
 	return conn, nil
+}
+
+// DialNodes connects to the first reachable of urls (the nodes of one
+// RabbitMQ cluster), trying them in turn from index first, and returns the
+// connection and the index of the node it reached. With one URL its error
+// is the dial's own; with several, every node's error, each named by its
+// redacted URL.
+func DialNodes(ctx context.Context, urls []string, first int, cfg amqp.Config) (*amqp.Connection, int, error) {
+	var errs []error
+	for i := range urls {
+		used := (first + i) % len(urls)
+		conn, err := amqp.DialConfig(urls[used], cfg)
+		if err == nil {
+			return conn, used, nil
+		}
+		if len(urls) == 1 {
+			return nil, 0, err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", Redact(urls[used]), err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, 0, errors.Join(errs...)
 }
 
 // dialGathering dials like amqp.DefaultDial and wraps the connection in a

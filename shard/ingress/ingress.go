@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
+	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/shard"
 )
 
@@ -253,23 +253,14 @@ func (in *Ingress) session(ctx context.Context) error {
 	if in.opts.ConnectionName != "" {
 		props.SetClientConnectionName(in.opts.ConnectionName)
 	}
-	var conn *amqp.Connection
-	var errs []error
-	for i := range in.opts.URLs {
-		u := in.opts.URLs[(in.next+i)%len(in.opts.URLs)]
-		c, err := amqp.DialConfig(u, amqp.Config{
-			Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
-			Properties: props, TLSClientConfig: in.opts.TLS,
-		})
-		if err == nil {
-			conn, in.next = c, (in.next+i+1)%len(in.opts.URLs)
-			break
-		}
-		errs = append(errs, fmt.Errorf("dial %s: %w", redact(u), err))
+	conn, used, err := publisher.DialNodes(ctx, in.opts.URLs, in.next, amqp.Config{
+		Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
+		Properties: props, TLSClientConfig: in.opts.TLS,
+	})
+	if err != nil {
+		return fmt.Errorf("dial: %w", err)
 	}
-	if conn == nil {
-		return errors.Join(errs...)
-	}
+	in.next = (used + 1) % len(in.opts.URLs) // after losing this node, start with the next
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -609,15 +600,6 @@ func (in *Ingress) reject(st *batchState, d *amqp.Delivery, err error) error {
 		return fmt.Errorf("reject: %w", err)
 	}
 	return nil
-}
-
-// redact hides the password of an AMQP URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // backoff is a doubling wait with ±20 % jitter.
