@@ -121,6 +121,13 @@ func (w *world) consumeFrom(url string) {
 	_, err = ch.QueueDeclare(w.ns, true, false, false, false, nil)
 	must(t, err)
 	must(t, ch.QueueBind(w.ns, "rk", w.exchange, false, nil))
+	w.record(conn, ch)
+}
+
+// record consumes the world's queue on ch and records every delivery until
+// the test ends, which closes conn.
+func (w *world) record(conn *amqp.Connection, ch *amqp.Channel) {
+	t := w.t
 	must(t, ch.Qos(1000, 0, false))
 	d, err := ch.Consume(w.ns, "", false, false, false, false, nil)
 	must(t, err)

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delayq/delayq/publisher/publishertest"
-	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -33,21 +31,7 @@ func (w *world) consumeQuorum(declareURL, url string) {
 	must(t, err)
 	ch, err := conn.Channel()
 	must(t, err)
-	must(t, ch.Qos(1000, 0, false))
-	d, err := ch.Consume(w.ns, "", false, false, false, false, nil)
-	must(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = conn.Close(); wg.Wait() })
-	wg.Go(func() {
-		for msg := range d {
-			due, _ := msg.Headers[shard.HeaderDueMs].(int64)
-			att, _ := msg.Headers[shard.HeaderAttempt].(int32)
-			w.mu.Lock()
-			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att})
-			w.mu.Unlock()
-			_ = msg.Ack(false)
-		}
-	})
+	w.record(conn, ch)
 }
 
 // TestRabbitClusterFailover: a scanner given the three nodes of a RabbitMQ

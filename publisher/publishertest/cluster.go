@@ -68,33 +68,12 @@ func StartCluster(n int) (*Cluster, error) {
 			return nil, err
 		}
 		conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nloopback_users = none\n", amqpPort) + discovery.String()
-		files := map[string]string{"rabbit.conf": conf, "advanced.config": "[].\n", "plugins": "[].\n", "env.conf": ""}
-		for name, content := range files {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-				c.Close()
-				return nil, err
-			}
+		if err := writeNodeFiles(dir, conf); err != nil {
+			c.Close()
+			return nil, err
 		}
-		erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
-		r := &Rabbit{URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort), Dir: dir}
-		r.env = append(os.Environ(),
-			"HOME="+home,
-			"RABBITMQ_NODENAME="+names[i],
-			"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-			"RABBITMQ_NODE_PORT="+strconv.Itoa(amqpPort),
-			"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
-			"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-			"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-			"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbit.conf"),
-			"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
-			"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "plugins"),
-			"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "env.conf"),
-			"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
-			"ERL_EPMD_ADDRESS=127.0.0.1",
-			"ERL_EPMD_PORT="+strconv.Itoa(epmdPort),
-			"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+erlArgs,
-			"RABBITMQ_CTL_ERL_ARGS="+erlArgs,
-		)
+		r := &Rabbit{URL: fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", amqpPort), Dir: dir,
+			env: nodeEnv(home, dir, names[i], amqpPort, distPort, epmdPort)}
 		c.Nodes = append(c.Nodes, r)
 		c.URLs = append(c.URLs, r.URL)
 	}

@@ -92,18 +92,9 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 			"ssl_options.keyfile = %s\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
 			ports[3], opts.TLS.CA, opts.TLS.Cert, opts.TLS.Key)
 	}
-	files := map[string]string{
-		"rabbit.conf":     conf,
-		"advanced.config": "[].\n",
-		"plugins":         "[].\n",
-		"env.conf":        "",
+	if err := writeNodeFiles(dir, conf); err != nil {
+		return nil, err
 	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
 	r := &Rabbit{
 		URL: fmt.Sprintf("amqp://%s@127.0.0.1:%d/", creds, amqpPort),
 		Dir: dir,
@@ -111,9 +102,40 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 	if opts.TLS != nil {
 		r.TLSURL = fmt.Sprintf("amqps://%s@127.0.0.1:%d/", creds, ports[3])
 	}
-	r.env = append(os.Environ(),
-		"HOME="+dir,
-		"RABBITMQ_NODENAME=delayq"+strconv.Itoa(amqpPort)+"@localhost",
+	r.env = nodeEnv(dir, dir, "delayq"+strconv.Itoa(amqpPort)+"@localhost", amqpPort, distPort, epmdPort)
+	// Start epmd ourselves (in the foreground, as a child) so that Close can
+	// stop it by PID; the node registers with it instead of spawning a
+	// daemon that would outlive the test.
+	if r.epmd, err = shardtest.StartProc(exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1"), ""); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := r.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// writeNodeFiles writes a node's configuration files into dir: conf as
+// rabbit.conf, no advanced config, no plugins, an empty env file (so
+// /etc/rabbitmq/rabbitmq-env.conf is not read).
+func writeNodeFiles(dir, conf string) error {
+	for name, content := range map[string]string{"rabbit.conf": conf, "advanced.config": "[].\n", "plugins": "[].\n", "env.conf": ""} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeEnv configures an isolated node entirely by environment: its files
+// under dir, its Erlang cookie under home, loopback only, a private epmd.
+func nodeEnv(home, dir, name string, amqpPort, distPort, epmdPort int) []string {
+	erlArgs := "-kernel inet_dist_use_interface {127,0,0,1}"
+	return append(os.Environ(),
+		"HOME="+home,
+		"RABBITMQ_NODENAME="+name,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(amqpPort),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(distPort),
@@ -129,18 +151,6 @@ func startRabbitOnce(opts Options) (*Rabbit, error) {
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+erlArgs,
 		"RABBITMQ_CTL_ERL_ARGS="+erlArgs,
 	)
-	// Start epmd ourselves (in the foreground, as a child) so that Close can
-	// stop it by PID; the node registers with it instead of spawning a
-	// daemon that would outlive the test.
-	if r.epmd, err = shardtest.StartProc(exec.Command("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1"), ""); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := r.Start(); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
 }
 
 // Start (re)starts the node with the same ports and data directory, so
