@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs delayq's whole test suite against real servers:
-#   1. installs redis-server and rabbitmq-server if missing (scripts/install.sh)
+#   1. installs redis-server, rabbitmq-server, prometheus, python3-pika and
+#      chromium if missing (scripts/install.sh)
 #      and builds Consul into ~/.cache/delayq once (scripts/install-consul.sh);
 #   2. go vet ./... and staticcheck (a tool in go.mod: go tool staticcheck);
 #   3. go test -race -count=1 ./... -- each test package starts its own Redis,
