@@ -24,9 +24,23 @@
 //
 // When the connection closes, every outstanding Confirm fails with
 // ErrConnectionLost and the publisher redials with exponential backoff
-// (Options.MinBackoff to MaxBackoff). A channel-level error (for example a
-// publish to a missing exchange) closes only that channel; it is reopened in
-// place. Ready is false while disconnected or while RabbitMQ blocks the
+// (Options.MinBackoff to MaxBackoff), starting with the next node of the
+// cluster. A channel-level error (for example a publish to a missing
+// exchange) closes only that channel; it is reopened in place.
+//
+// A channel that nacks a publish is retired at once (no more publishes),
+// and closed and reopened once its outstanding confirms are in. RabbitMQ
+// 3.10 nacks every publish, for good, on a channel opened while a quorum
+// queue elects its leader, and an election can take seconds (it waits for
+// a majority, which a paused node holds up), so no pause before
+// reconnecting can rule that out; a fresh channel opened after the
+// election is the cure. Only the first nack of a channel is reported as
+// ErrNacked (a refusal, which callers count), and not even that one on a
+// channel opened within Options.Probation of a connect: the others are
+// ErrNackedSuspect, which callers take for an outage. Channels that nack
+// in a row without acking anything are reopened after a growing pause
+// (100 ms doubling to 1 s), and only the first of such a streak is logged
+// as a warning. Ready is false while disconnected or while RabbitMQ blocks the
 // connection (a memory or disk alarm); callers should not take work they
 // cannot publish (the scanner waits on WaitReady before claiming).
 // ExchangeExists lets callers detect a missing exchange without losing a

@@ -23,8 +23,20 @@ var (
 	// (mandatory publish returned). Retrying will not help until the
 	// topology changes.
 	ErrReturned = errors.New("message returned by broker as unroutable")
-	// ErrNacked: the broker refused the message (nack). It may succeed later.
+	// ErrNacked: the broker refused the message (nack) on a channel that
+	// can be believed (see ErrNackedSuspect). It may succeed later.
 	ErrNacked = errors.New("message nacked by broker")
+	// ErrNackedSuspect: the broker nacked the message on a channel whose
+	// nacks say nothing about the message: one opened within
+	// Options.Probation of a (re)connect, or one that had nacked before.
+	// RabbitMQ 3.10 nacks every publish, for good, on a channel opened
+	// while a quorum queue elects its leader; a pause before connecting
+	// cannot rule that out (an election waits for a majority, which a
+	// paused node can hold up for seconds), so the publisher replaces a
+	// channel at its first nack and reports this instead of ErrNacked.
+	// Not a refusal: the message may be published again at once. It does
+	// not match ErrNacked.
+	ErrNackedSuspect = errors.New("message nacked by a channel on probation or one that nacked before (replaced)")
 	// ErrConnectionLost: the channel or connection closed before the broker
 	// confirmed. The message may or may not have been delivered.
 	ErrConnectionLost = errors.New("connection lost before confirm")
@@ -94,11 +106,13 @@ type Options struct {
 	ExchangeTTL time.Duration
 	// ConnectionName is shown in the RabbitMQ management UI.
 	ConnectionName string
-	// FailoverPause is how long to wait after a connection is lost before
-	// connecting again. Default 1s: RabbitMQ 3.10 nacks every publish of a
-	// channel opened while a quorum queue elects its new leader (about
-	// 0.4 s after its node died), for good; a pause lets the election end.
-	FailoverPause time.Duration
+	// Probation is how long after a connection is established the
+	// channels opened on it are on probation: their nacks are reported as
+	// ErrNackedSuspect, never as refusals. Default 10s: a quorum queue
+	// whose node died elects a new leader within a few seconds once a
+	// majority of its nodes answers (ErrNackedSuspect says why). Negative:
+	// no probation.
+	Probation time.Duration
 }
 
 func (o *Options) defaults() {
@@ -117,8 +131,8 @@ func (o *Options) defaults() {
 	if o.ExchangeTTL <= 0 {
 		o.ExchangeTTL = 30 * time.Second
 	}
-	if o.FailoverPause <= 0 {
-		o.FailoverPause = time.Second
+	if o.Probation == 0 {
+		o.Probation = 10 * time.Second
 	}
 }
 
@@ -142,8 +156,9 @@ type Publisher struct {
 	readyCh chan struct{} // closed while ready
 	closed  bool
 
-	next int    // index in URLs of the node to try first; under mu
-	node string // the redacted URL of the connected node, "" when none; under mu
+	next      int       // index in URLs of the node to try first; under mu
+	node      string    // the redacted URL of the connected node, "" when none; under mu
+	connected time.Time // when conn was established; under mu
 
 	rr     atomic.Uint64
 	exMu   sync.Mutex
@@ -344,8 +359,7 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 					p.log.Info("RabbitMQ unblocked the connection")
 				}
 			case e := <-closed:
-				p.log.Warn("AMQP connection closed; reconnecting", zap.String("node", p.Node()), zap.Error(amqpErr(e)),
-					zap.Duration("pause", p.opts.FailoverPause))
+				p.log.Warn("AMQP connection closed; reconnecting", zap.String("node", p.Node()), zap.Error(amqpErr(e)))
 				break watch
 			}
 		}
@@ -353,7 +367,7 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(jitter(p.opts.FailoverPause)):
+		case <-time.After(jitter(p.opts.MinBackoff)):
 		}
 	}
 }
@@ -391,9 +405,10 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
+	connected := time.Now()
 	chans := make([]*channel, p.opts.Channels)
 	for i := range chans {
-		c, err := openChannel(conn)
+		c, err := p.openChannel(conn, connected)
 		if err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("open channel: %w", err)
@@ -406,13 +421,13 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		_ = conn.Close()
 		return nil, ErrClosed
 	}
-	p.conn, p.chans = conn, chans
+	p.conn, p.chans, p.connected = conn, chans, connected
 	// After this node is lost, start with the next one.
 	p.node, p.next = Redact(p.opts.URLs[used]), (used+1)%len(p.opts.URLs)
 	p.setStateLocked(true, false)
 	p.mu.Unlock()
 	for _, c := range chans {
-		p.wg.Go(func() { p.handleChannel(conn, c) })
+		p.wg.Go(func() { p.handleChannel(conn, connected, c) })
 	}
 	return conn, nil
 }
@@ -464,6 +479,8 @@ func (p *Publisher) dropConnection(conn *amqp.Connection) {
 }
 
 // channel is one AMQP channel of the pool with its outstanding confirms.
+// The struct outlives the AMQP channels it wraps: when one closes, the next
+// one opened in its place takes over the fields.
 type channel struct {
 	pubMu sync.Mutex // serializes sequence numbers and publishes
 	ch    *amqp.Channel
@@ -471,14 +488,35 @@ type channel struct {
 	mu       sync.Mutex
 	pending  map[uint64]*Confirm
 	returned map[string][]amqp.Return // message id -> returns not yet matched to an ack
-	dead     bool
+	dead     bool                     // takes no publishes: closed, or retired after a nack
+	// probation: opened within Options.Probation of the connect, so a nack
+	// may be RabbitMQ's stuck channel rather than a refusal.
+	probation bool
+	nacked    bool // nacked a publish: retired, replaced once its confirms are in
+	acked     bool // acked a publish
+	// streak counts the channels in a row that were replaced after a nack
+	// without acking anything (it outlives them): while a queue has no
+	// leader, every new channel nacks, so each reopen waits longer.
+	streak int
 
 	confirms chan amqp.Confirmation
 	returns  chan amqp.Return
 	closed   chan *amqp.Error
 }
 
-func openChannel(conn *amqp.Connection) (*channel, error) {
+// retireDrain bounds how long a channel retired after a nack waits for the
+// confirms still outstanding before it is closed (which fails them with
+// ErrConnectionLost). A channel stuck in RabbitMQ's election state nacks
+// at once; one whose queue has no leader yet may not answer at all.
+const retireDrain = 2 * time.Second
+
+// maxReopenPause bounds the wait before reopening a channel after a streak
+// of channels that nacked without acking anything.
+const maxReopenPause = time.Second
+
+// openChannel opens a channel in confirm mode on conn, which was
+// established at connected.
+func (p *Publisher) openChannel(conn *amqp.Connection, connected time.Time) (*channel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, err
@@ -487,7 +525,8 @@ func openChannel(conn *amqp.Connection) (*channel, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	c := &channel{ch: ch, pending: map[uint64]*Confirm{}, returned: map[string][]amqp.Return{}}
+	c := &channel{ch: ch, pending: map[uint64]*Confirm{}, returned: map[string][]amqp.Return{},
+		probation: time.Since(connected) < p.opts.Probation}
 	// Returns are unbuffered and confirms are read by the same goroutine:
 	// the library's reader blocks until a return is taken, so a return is
 	// always seen before the ack of the same publish.
@@ -499,10 +538,11 @@ func openChannel(conn *amqp.Connection) (*channel, error) {
 
 // handleChannel resolves confirms of c until the channel closes, then
 // fails what is left and, while the connection lives, reopens the channel
-// in place (a channel error such as a missing exchange closes only it).
-func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
+// in place: a channel error such as a missing exchange closes only it, and
+// resolve closes a channel that nacked.
+func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c *channel) {
 	for {
-		c.resolve()
+		c.resolve(p.log)
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
@@ -517,16 +557,22 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
 		if conn.IsClosed() {
 			return
 		}
+		c.mu.Lock()
+		streak := c.streak
+		c.mu.Unlock()
+		if streak > 1 {
+			time.Sleep(jitter(min(p.opts.MinBackoff<<min(streak-2, 10), maxReopenPause)))
+		}
 		for backoff := p.opts.MinBackoff; ; backoff = min(2*backoff, p.opts.MaxBackoff) {
-			nc, err := openChannel(conn)
+			nc, err := p.openChannel(conn, connected)
 			if err == nil {
 				c.pubMu.Lock()
 				c.mu.Lock()
 				c.ch, c.confirms, c.returns, c.closed, c.dead = nc.ch, nc.confirms, nc.returns, nc.closed, false
-				c.pending, c.returned = nc.pending, nc.returned
+				c.pending, c.returned, c.probation, c.nacked, c.acked = nc.pending, nc.returned, nc.probation, false, false
 				c.mu.Unlock()
 				c.pubMu.Unlock()
-				p.log.Info("AMQP channel reopened")
+				p.log.Debug("AMQP channel reopened", zap.Bool("probation", nc.probation))
 				break
 			}
 			if conn.IsClosed() {
@@ -538,13 +584,31 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, c *channel) {
 	}
 }
 
-// resolve reads returns and confirms until the channel closes.
-func (c *channel) resolve() {
+// resolve reads returns and confirms until the channel closes. At the
+// first nack it retires the channel (no more publishes) and closes it once
+// its outstanding confirms are in, or after retireDrain, so that
+// handleChannel opens a fresh one: a fresh channel is the cure for
+// RabbitMQ's stuck channel, and costs nothing when nacks are rare.
+func (c *channel) resolve(log *zap.Logger) {
 	c.mu.Lock()
-	returns, confirms := c.returns, c.confirms
+	returns, confirms, ch := c.returns, c.confirms, c.ch
 	c.mu.Unlock()
+	var drain <-chan time.Time
+	closing := false
+	closeChannel := func() {
+		if !closing {
+			closing = true
+			// Not here: Close waits for the broker while the library's
+			// reader may wait for this goroutine to take a return.
+			go func() { _ = ch.Close() }()
+		}
+	}
 	for {
 		select {
+		case <-drain:
+			closeChannel()
+			drain = nil
+			continue
 		case r, ok := <-returns:
 			if !ok {
 				returns = nil
@@ -553,6 +617,7 @@ func (c *channel) resolve() {
 			c.mu.Lock()
 			c.returned[r.MessageId] = append(c.returned[r.MessageId], r)
 			c.mu.Unlock()
+			continue
 		case cf, ok := <-confirms:
 			if !ok {
 				c.failAll()
@@ -572,15 +637,46 @@ func (c *channel) resolve() {
 					}
 				}
 			}
+			believed := false // a nack that may count as a refusal
+			switch {
+			case cf.Ack && !c.acked:
+				c.acked = true
+				if c.streak > 1 {
+					log.Info("AMQP channel acks again", zap.Int("channels_replaced", c.streak))
+				}
+				c.streak = 0
+			case !cf.Ack && !c.nacked:
+				believed = !c.probation
+				c.nacked, c.dead = true, true
+				drain = time.After(retireDrain)
+				if c.acked {
+					c.streak = 0
+				}
+				c.streak++
+				// The first of a streak is worth a warning; the rest (one
+				// per reopen while a queue has no leader) are not.
+				lvl := zap.WarnLevel
+				if c.streak > 1 {
+					lvl = zap.DebugLevel
+				}
+				log.Log(lvl, "AMQP channel nacked a publish; replacing it", zap.Bool("probation", c.probation),
+					zap.Int("outstanding", len(c.pending)), zap.Int("streak", c.streak))
+			}
+			idle := c.nacked && len(c.pending) == 0
 			c.mu.Unlock()
 			switch {
 			case f == nil:
-			case !cf.Ack:
+			case !cf.Ack && believed:
 				f.resolve(ErrNacked)
+			case !cf.Ack:
+				f.resolve(ErrNackedSuspect)
 			case ret != nil:
 				f.resolve(&ReturnedError{Exchange: ret.Exchange, RoutingKey: ret.RoutingKey, Code: ret.ReplyCode, Text: ret.ReplyText})
 			default:
 				f.resolve(nil)
+			}
+			if idle {
+				closeChannel()
 			}
 		}
 	}

@@ -65,7 +65,17 @@ func topology(t *testing.T, url string) (exchange string, deliveries <-chan amqp
 
 func start(t *testing.T, url string) *publisher.Publisher {
 	t.Helper()
-	p, err := publisher.New(publisher.Options{URLs: []string{url}, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, zaptest.NewLogger(t))
+	return startWith(t, publisher.Options{URLs: []string{url}})
+}
+
+// startWith starts a publisher with opts (short backoffs unless set) and
+// waits until it is ready.
+func startWith(t *testing.T, opts publisher.Options) *publisher.Publisher {
+	t.Helper()
+	if opts.MinBackoff == 0 {
+		opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	}
+	p, err := publisher.New(opts, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +190,97 @@ func TestMissingExchange(t *testing.T) {
 		}
 		<-deliveries
 	}
+}
+
+// rejectingQueue binds a queue that refuses every publish (x-overflow
+// reject-publish at length 0) to exchange with key "full".
+func rejectingQueue(t *testing.T, exchange string) {
+	t.Helper()
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, "full", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishWait publishes m and waits for its outcome.
+func publishWait(t *testing.T, p *publisher.Publisher, m publisher.Message) error {
+	t.Helper()
+	f, err := p.Publish(t.Context(), m)
+	if err != nil {
+		return err
+	}
+	return f.Wait(t.Context())
+}
+
+// TestNackReplacesTheChannel: a channel that nacks is replaced by a fresh
+// one (RabbitMQ 3.10 can leave a channel nacking everything), and only
+// its first nack is believed; a channel on probation (just after the
+// connect) believes none. Publishes to other queues go on meanwhile.
+func TestNackReplacesTheChannel(t *testing.T) {
+	shardtest.Require(t, rabbitErr)
+	t.Parallel()
+	ex, deliveries := topology(t, rabbit.URL)
+	rejectingQueue(t, ex)
+	full := publisher.Message{Exchange: ex, RoutingKey: "full", MessageID: "refused"}
+	routed := publisher.Message{Exchange: ex, RoutingKey: "routed", MessageID: "fine"}
+
+	onProbation := startWith(t, publisher.Options{URLs: []string{rabbit.URL}, Channels: 1})
+	for i := range 3 {
+		if err := publishWait(t, onProbation, full); !errors.Is(err, publisher.ErrNackedSuspect) || errors.Is(err, publisher.ErrNacked) {
+			t.Fatalf("nack %d on probation: %v, want ErrNackedSuspect only", i+1, err)
+		}
+		if err := publishWait(t, onProbation, routed); err != nil {
+			t.Fatalf("publish after the channel nacked: %v", err)
+		}
+		<-deliveries
+	}
+
+	p := startWith(t, publisher.Options{URLs: []string{rabbit.URL}, Channels: 1, Probation: -1})
+	for i := range 3 { // each on a fresh channel: its first nack is believed
+		if err := publishWait(t, p, full); !errors.Is(err, publisher.ErrNacked) {
+			t.Fatalf("nack %d: %v, want ErrNacked", i+1, err)
+		}
+	}
+	// Many at once on one channel: only the first nack is believed; the
+	// others are suspect, or failed when the retired channel closed.
+	const n = 50
+	confirms := make([]*publisher.Confirm, n)
+	for i := range confirms {
+		f, err := p.Publish(t.Context(), full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirms[i] = f
+	}
+	believed := 0
+	for i, f := range confirms {
+		switch err := f.Wait(t.Context()); {
+		case errors.Is(err, publisher.ErrNacked):
+			believed++
+		case errors.Is(err, publisher.ErrNackedSuspect), errors.Is(err, publisher.ErrConnectionLost):
+		default:
+			t.Fatalf("publish %d of %d to a rejecting queue: %v", i+1, n, err)
+		}
+	}
+	if believed < 1 || believed > 3 {
+		t.Errorf("%d of %d nacks believed; want one per channel that took them", believed, n)
+	}
+	if err := publishWait(t, p, routed); err != nil {
+		t.Fatalf("publish after the nacks: %v", err)
+	}
+	<-deliveries
 }
 
 func TestReconnectAfterBrokerRestart(t *testing.T) {

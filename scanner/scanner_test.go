@@ -85,7 +85,10 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	f.prod = shard.NewProducer(f.store, balance.Static(m), shard.ProducerOptions{})
 	f.consume(amqpURL)
 	log := zaptest.NewLogger(t)
-	pub, err := publisher.New(publisher.Options{URLs: []string{amqpURL}, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}, log)
+	// No probation: the tests of refusals need the broker's first nacks
+	// believed (the publisher's own tests cover probation).
+	pub, err := publisher.New(publisher.Options{URLs: []string{amqpURL}, MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
+		Probation: -1}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

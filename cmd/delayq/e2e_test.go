@@ -88,6 +88,14 @@ func newWorld(t *testing.T, shards int, extraEnv ...string) *world {
 	t.Helper()
 	shardtest.Require(t, serverErr)
 	t.Parallel()
+	return newSerialWorld(t, shards, extraEnv...)
+}
+
+// newSerialWorld is newWorld for a test that must not run in parallel
+// (a subtest that shares a cluster its siblings kill nodes of).
+func newSerialWorld(t *testing.T, shards int, extraEnv ...string) *world {
+	t.Helper()
+	shardtest.Require(t, serverErr)
 	w := &world{t: t, ns: shardtest.Namespace(t), got: map[string][]received{}}
 	w.exchange = "ex-" + w.ns
 	w.env = append(os.Environ(),

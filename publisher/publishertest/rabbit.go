@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -183,6 +184,14 @@ func (r *Rabbit) Kill() {
 	r.node.Kill()
 	r.node = nil
 }
+
+// Pause stops the node with SIGSTOP (its whole process group), as a long
+// GC or VM pause would: its sockets stay open and nothing answers. Resume
+// lets it go on.
+func (r *Rabbit) Pause() error { return syscall.Kill(-r.Pgid(), syscall.SIGSTOP) }
+
+// Resume ends a Pause.
+func (r *Rabbit) Resume() error { return syscall.Kill(-r.Pgid(), syscall.SIGCONT) }
 
 // Ctl runs rabbitmqctl against the node, e.g. Ctl("set_vm_memory_high_watermark", "0.0001").
 func (r *Rabbit) Ctl(args ...string) (string, error) {
