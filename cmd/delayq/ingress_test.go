@@ -525,3 +525,52 @@ func TestIngressSurvivesKillsDuringBurst(t *testing.T) {
 		t.Error("no redelivery after a kill between store and ack was counted as a duplicate")
 	}
 }
+
+// TestIngressDropsBrokerHeaders: a message the quorum ingress queue
+// redelivers carries x-delivery-count, and one that was dead-lettered on
+// its way carries x-death and x-first/last-death-*: the classic target
+// queue's consumer sees none of them (it would take a first delivery for
+// a retry). Header names keep their case: X-Delay is not the delay.
+func TestIngressDropsBrokerHeaders(t *testing.T) {
+	w := newWorld(t, 4)
+	s := newIngress(t, w)
+	s.publish(t, amqp.Publishing{MessageId: "redelivered", Headers: amqp.Table{"x-delay": int32(100), "kind": "k"}})
+	// Deliver it once and give it back: the queue counts the delivery.
+	conn, err := amqp.Dial(rabbit.URL)
+	must(t, err)
+	ch, err := conn.Channel()
+	must(t, err)
+	ds, err := ch.Consume(s.inQueue, "", false, false, false, false, nil)
+	must(t, err)
+	for range 2 {
+		d := <-ds
+		must(t, d.Nack(false, true))
+	}
+	_ = conn.Close()
+	s.publish(t, amqp.Publishing{MessageId: "dead-lettered", Headers: amqp.Table{"x-delay": int32(100),
+		"x-death":             []any{amqp.Table{"count": int64(3), "reason": "rejected", "queue": "work"}},
+		"x-first-death-queue": "work", "x-first-death-reason": "rejected", "x-last-death-queue": "work"}})
+	s.publish(t, amqp.Publishing{MessageId: "mixed-case", Headers: amqp.Table{"X-Delay": int32(600000), "x-delay": int32(100)}})
+	w.scan(s.env)
+	got := collect(t, s.target, 3, 30*time.Second)
+	if len(got) != 3 {
+		t.Fatalf("%d of 3 delivered", len(got))
+	}
+	for _, d := range got {
+		for k := range d.Headers {
+			if k == "x-delivery-count" || k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+				t.Errorf("%s reached the consumer with %s = %v", d.MessageId, k, d.Headers[k])
+			}
+		}
+		switch d.MessageId {
+		case "redelivered":
+			if d.Headers["kind"] != "k" {
+				t.Errorf("redelivered: its own header lost: %v", d.Headers)
+			}
+		case "mixed-case":
+			if d.Headers["X-Delay"] != int32(600000) {
+				t.Errorf("mixed-case: X-Delay not kept as sent: %v", d.Headers)
+			}
+		}
+	}
+}

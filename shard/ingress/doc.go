@@ -11,8 +11,10 @@
 // message is due, a scanner publishes it to the route's exchange
 // (x-delayq-exchange overrides it per message) with the routing key,
 // body, every AMQP property but user_id, and every header with its AMQP
-// type, minus x-delay and the control headers, plus the x-delayq-*
-// delivery headers. Parse lists the control headers: cancel by id
+// type, minus x-delay, the control headers and those RabbitMQ set on the
+// way (BrokerHeader: x-delivery-count, x-death, ...), plus the x-delayq-*
+// delivery headers. Header names are case-sensitive: X-Delay is an
+// ordinary header. Parse lists the control headers: cancel by id
 // (x-delayq-cancel), a retry schedule (x-delayq-retry) and a consumer's
 // request for the next retry step (x-delayq-retry-cause).
 //

@@ -191,6 +191,22 @@ func ReasonOf(err error) string {
 	return ReasonInvalid
 }
 
+// BrokerHeader reports whether name is a header RabbitMQ sets on a message
+// it delivers or dead-letters: x-delivery-count (a quorum queue's count
+// of deliveries), x-death with x-first-death-* and x-last-death-*
+// (dead-lettering), x-received-from (federation). The ingress drops them:
+// they describe the message's trip to the ingress queue, and published
+// on they would tell the target's consumers of deliveries and deaths that
+// were not theirs (a first delivery taken for a retry). RabbitMQ 3.13 and
+// later treat x- headers as the broker's own, too.
+func BrokerHeader(name string) bool {
+	switch name {
+	case "x-delivery-count", "x-death", "x-received-from":
+		return true
+	}
+	return strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-")
+}
+
 // control is what the control headers say.
 type control struct {
 	delay, at  *int64
@@ -202,17 +218,20 @@ type control struct {
 }
 
 // take reads the control headers of h and returns the others, which are
-// the message's own. The headers of a past delivery (due time, attempt,
-// retry step) are dropped from a new schedule.
+// the message's own, minus the broker's (BrokerHeader). The headers of a
+// past delivery (due time, attempt, retry step) are dropped from a new
+// schedule. Header names are case-sensitive, as in AMQP and in the
+// delayed-message plugin: X-Delay is an ordinary header, kept as sent.
 func (c *control) take(h amqp.Table) (amqp.Table, error) {
 	out := make(amqp.Table, len(h))
 	for k, v := range h {
-		lk := strings.ToLower(k)
-		if lk != HeaderDelay && !strings.HasPrefix(lk, shard.ReservedHeaderPrefix) {
-			out[k] = v
+		if k != HeaderDelay && !strings.HasPrefix(k, shard.ReservedHeaderPrefix) {
+			if !BrokerHeader(k) {
+				out[k] = v
+			}
 			continue
 		}
-		switch lk {
+		switch k {
 		case HeaderDelay:
 			ms, err := millis(v)
 			if err != nil {

@@ -193,3 +193,50 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestHeaderNamesAreCaseSensitive: only x-delay is the delay, as in AMQP
+// and the plugin; X-Delay is an ordinary header, kept as sent, and with
+// both the delay is always x-delay's.
+func TestHeaderNamesAreCaseSensitive(t *testing.T) {
+	for range 20 { // map order is random: the old code picked one at random
+		r, err := ingress.Parse(delivery(amqp.Table{"X-Delay": int32(60000), "x-delay": int32(100), "X-Delayq-Cancel": true}), "orders", 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Kind != ingress.Schedule || r.Message.Delay != 100*time.Millisecond {
+			t.Fatalf("kind %v, delay %s; want a schedule in 100ms", r.Kind, r.Message.Delay)
+		}
+		if r.Message.Headers["X-Delay"] != int32(60000) || r.Message.Headers["X-Delayq-Cancel"] != true || len(r.Message.Headers) != 2 {
+			t.Fatalf("headers %v; want X-Delay and X-Delayq-Cancel kept as sent", r.Message.Headers)
+		}
+	}
+	r, err := ingress.Parse(delivery(amqp.Table{"X-Delay": int32(60000)}), "orders", 1024)
+	if err != nil || r.Message.Delay != 0 {
+		t.Errorf("X-Delay alone: delay %s, %v; want due now, as the plugin would route it", r.Message.Delay, err)
+	}
+}
+
+// TestBrokerHeadersAreDropped: what RabbitMQ adds on a redelivery or a
+// dead-lettering does not become the message's own.
+func TestBrokerHeadersAreDropped(t *testing.T) {
+	h := amqp.Table{
+		"x-delivery-count": int64(2), "x-received-from": []any{amqp.Table{"uri": "amqp://up"}},
+		"x-death":                []any{amqp.Table{"count": int64(1), "reason": "rejected"}},
+		"x-first-death-exchange": "", "x-first-death-queue": "q", "x-first-death-reason": "rejected",
+		"x-last-death-exchange": "", "x-last-death-queue": "q", "x-last-death-reason": "rejected",
+		"x-death-note": "mine", "X-Delivery-Count": "mine too", "kind": "cancel",
+	}
+	r, err := ingress.Parse(delivery(h), "orders", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := amqp.Table{"x-death-note": "mine", "X-Delivery-Count": "mine too", "kind": "cancel"}
+	if len(r.Message.Headers) != len(want) {
+		t.Fatalf("headers %v, want %v", r.Message.Headers, want)
+	}
+	for k, v := range want {
+		if r.Message.Headers[k] != v {
+			t.Errorf("header %s = %#v, want %#v", k, r.Message.Headers[k], v)
+		}
+	}
+}
