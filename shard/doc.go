@@ -6,7 +6,7 @@
 //
 // # Layout
 //
-// A namespace ns has M shards. Shard i is six keys sharing the hash tag
+// A namespace ns has M shards. Shard i is eight keys sharing the hash tag
 // {ns:i}, so each script runs in one Redis Cluster slot:
 //
 //	delayq:{ns:i}:due       ZSET  id -> due time (unix ms, Redis clock)
@@ -17,6 +17,9 @@
 //	delayq:{ns:i}:dead      ZSET  id -> when it was dead-lettered
 //	delayq:{ns:i}:reason    HASH  id -> why
 //	delayq:{ns:i}:counters  HASH  enqueued -> messages ever created in the shard
+//	delayq:{ns:i}:cancelled ZSET  id -> until when an enqueue of id is refused (a
+//	                              cancel that came first: Producer.CancelAhead);
+//	                              the key expires with its last entry
 //
 // plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
 // high-water mark, every M used, producers' pins) and wake-up channel

@@ -15,19 +15,24 @@ type Keys struct {
 	Dead     string // ZSET id -> time it was dead-lettered (unix ms)
 	Reason   string // HASH id -> why it is dead
 	Counters string // HASH: enqueued (messages ever created in the shard)
+	// Cancelled: ZSET id -> until when (unix ms) an enqueue of that id is
+	// refused: the tombstone of a cancel that came before its message
+	// (Producer.CancelAhead). The key expires with its last tombstone.
+	Cancelled string
 }
 
 // ShardKeys returns the keys of shard i of namespace ns.
 func ShardKeys(ns string, i int) Keys {
 	p := "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:"
 	return Keys{
-		Due:      p + "due",
-		Msg:      p + "msg",
-		Inflight: p + "inflight",
-		Attempts: p + "attempts",
-		Dead:     p + "dead",
-		Reason:   p + "reason",
-		Counters: p + "counters",
+		Due:       p + "due",
+		Msg:       p + "msg",
+		Inflight:  p + "inflight",
+		Attempts:  p + "attempts",
+		Dead:      p + "dead",
+		Reason:    p + "reason",
+		Counters:  p + "counters",
+		Cancelled: p + "cancelled",
 	}
 }
 

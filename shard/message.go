@@ -34,6 +34,10 @@ var (
 	// retried enqueue of a stored message reports ErrDuplicate once the
 	// replicas confirm.
 	ErrNotReplicated = errors.New("not confirmed by enough replicas")
+	// ErrCancelled: a cancel for this id came before the message
+	// (Producer.CancelAhead left a tombstone that has not expired), so the
+	// message is taken as cancelled; nothing was written.
+	ErrCancelled = errors.New("cancelled before it was stored")
 )
 
 // InvalidError says which field of a message is wrong and why. It matches

@@ -420,6 +420,24 @@ func (p *Producer) Cancel(ctx context.Context, id string) error {
 	return err
 }
 
+// CancelAhead is Cancel for a cancel that may overtake its message: the
+// AMQP ingress, where a message and its cancel published one after the
+// other can be settled by two consumers in either order. When no message
+// with that id is scheduled, it leaves a tombstone in the shard a new
+// message with that id would go to: for window, an enqueue of id is
+// refused with ErrCancelled. It still returns ErrNotFound then (the
+// message may also have been delivered already, or never come).
+// Non-guarantee: a message enqueued under another M (a resize within the
+// window) does not see the tombstone.
+func (p *Producer) CancelAhead(ctx context.Context, id string, window time.Duration) error {
+	err := p.elsewhere(ctx, id, func(i int) error { return p.store.CancelAhead(ctx, i, id, window) })
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return fmt.Errorf("cancel %q: %w", id, err)
+	}
+	return err
+}
+
 // Reschedule moves a scheduled message to time at.
 func (p *Producer) Reschedule(ctx context.Context, id string, at time.Time) (time.Time, error) {
 	return p.move(ctx, id, 0, at)

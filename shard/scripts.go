@@ -26,10 +26,23 @@ local function wake_if_head(due_key, id, due, a)
 end
 `
 
+// cancelledAhead is shared by the enqueue scripts: whether a tombstone in
+// the ZSET key (Keys.Cancelled) refuses id now. An expired one is removed.
+const cancelledAhead = `
+local function cancelled_ahead(key, id)
+  local until_ms = redis.call('ZSCORE', key, id)
+  if not until_ms then return false end
+  if tonumber(until_ms) > now then return true end
+  redis.call('ZREM', key, id)
+  return false
+end
+`
+
 // enqueueScript stores a message and schedules it.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET
 //	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH   KEYS[7] counters HASH
+//	KEYS[8] cancelled ZSET (tombstones)
 //	ARGV[1] id   ARGV[2] envelope   ARGV[3] "delay" | "at"
 //	ARGV[4] delay ms (added to Redis TIME) or absolute due ms
 //	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
@@ -38,11 +51,12 @@ end
 //
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
 // (nothing written), -1 in flight (upsert refused, nothing written), -2
-// shard full (nothing written).
+// shard full (nothing written), -3 a tombstone refuses the id (a cancel
+// came first; nothing written).
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
 // the shard's head. A created message counts in counters.enqueued.
 // Complexity: O(log N).
-var enqueueScript = redis.NewScript(nowMs + wakeIfHead + `
+var enqueueScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + `
 local id = ARGV[1]
 local due = tonumber(ARGV[4])
 if ARGV[3] == 'delay' then due = now + due end
@@ -55,6 +69,7 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
   redis.call('HDEL', KEYS[6], id)
   status = 2
 else
+  if cancelled_ahead(KEYS[8], id) then return {-3, 0} end
   local cap = tonumber(ARGV[8])
   if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) >= cap then return {-2, 0} end
 end
@@ -79,15 +94,17 @@ return {status, due}
 //
 // Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
 // returns it: 1 created, 2 replaced, 0 duplicate id, -1 in flight (upsert
-// refused), -2 shard full (nothing written for that message). When the
+// refused), -2 shard full, -3 refused by a tombstone (nothing written for
+// that message). When the
 // shard's head is earlier after the call than before, publishes one notice
 // "<shard>:<due>" for the new head, as n single enqueues would have for
 // the last of them.
 // Complexity: O(n log N).
-var enqueueManyScript = redis.NewScript(nowMs + `
+var enqueueManyScript = redis.NewScript(nowMs + cancelledAhead + `
 local n = tonumber(ARGV[1])
 local cap = tonumber(ARGV[4])
 local upsert = ARGV[5] == '1'
+local tombs = redis.call('EXISTS', KEYS[8]) == 1
 local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local held = 0
 if cap > 0 then held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) end
@@ -109,6 +126,8 @@ for j = 1, n do
       redis.call('ZADD', KEYS[1], due, id)
       status = 2
     end
+  elseif tombs and redis.call('HEXISTS', KEYS[2], id) == 0 and cancelled_ahead(KEYS[8], id) then
+    status = -3
   elseif cap > 0 and held >= cap then
     status = -2
     if redis.call('HEXISTS', KEYS[2], id) == 1 then status = 0 end
@@ -351,16 +370,29 @@ redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 return 1
 `)
 
-// cancelScript removes a scheduled message.
+// cancelScript removes a scheduled message or, when asked to, leaves a
+// tombstone for one that is not there yet.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
-//	ARGV[1] id
+//	KEYS[5] cancelled ZSET (tombstones)
+//	ARGV[1] id   ARGV[2] tombstone ms: when > 0 and nothing is scheduled,
+//	refuse enqueues of id for that long (the key expires with its last
+//	tombstone, and up to 16 expired ones are removed)
 //
-// Returns 1 cancelled, 0 not scheduled here, -1 in flight (too late to
-// cancel). Complexity: O(log N).
-var cancelScript = redis.NewScript(`
+// Returns 1 cancelled, 0 not scheduled here (tombstone written if asked),
+// -1 in flight (too late to cancel; no tombstone). Complexity: O(log N).
+var cancelScript = redis.NewScript(nowMs + `
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  local window = tonumber(ARGV[2])
+  if window > 0 then
+    redis.call('ZADD', KEYS[5], now + window, ARGV[1])
+    redis.call('PEXPIRE', KEYS[5], window)
+    local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 16)
+    if #old > 0 then redis.call('ZREM', KEYS[5], unpack(old)) end
+  end
+  return 0
+end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
@@ -669,7 +701,7 @@ return out
 
 // cancelManyScript cancels several scheduled messages of one shard.
 //
-//	KEYS as cancelScript
+//	KEYS[1..4] as cancelScript (it writes no tombstones)
 //	ARGV ids (at most maxCancelMany)
 //
 // Returns one status per id, as cancelScript's: 1 cancelled, 0 not

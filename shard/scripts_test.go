@@ -186,6 +186,50 @@ func TestCancelledIsNeverClaimed(t *testing.T) {
 	}
 }
 
+// TestCancelAheadRefusesTheMessage: a cancel that finds nothing leaves a
+// tombstone when asked to: an enqueue of that id, alone or in a batch, is
+// refused with ErrCancelled until the window ends, then accepted; a plain
+// Cancel leaves none, nor does one that found its message. The tombstones'
+// key expires with the last of them.
+func TestCancelAheadRefusesTheMessage(t *testing.T) {
+	b := setup(t, 2)
+	const window = 500 * time.Millisecond
+	start := time.Now()
+	if err := b.prod.CancelAhead(b.ctx, "overtaken", window); !errors.Is(err, shard.ErrNotFound) {
+		t.Fatalf("cancel ahead: %v, want ErrNotFound", err)
+	}
+	m := shard.Message{ID: "overtaken", Topic: "t", Body: []byte("b")}
+	if _, err := b.prod.Enqueue(b.ctx, m); !errors.Is(err, shard.ErrCancelled) {
+		t.Fatalf("enqueue after the cancel: %v, want ErrCancelled", err)
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, []shard.Message{m, {ID: "bystander", Topic: "t"}})
+	if err != nil || !errors.Is(res[0].Err, shard.ErrCancelled) || res[1].Err != nil {
+		t.Fatalf("batch: %+v, %v; want the first cancelled, the second scheduled", res, err)
+	}
+	i := shard.Of("overtaken", b.m)
+	if ttl := b.rdb.PTTL(b.ctx, shard.ShardKeys(b.store.Namespace(), i).Cancelled).Val(); ttl <= 0 || ttl > window {
+		t.Errorf("tombstones' key expires in %s, want within %s", ttl, window)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		_, err := b.prod.Enqueue(b.ctx, m)
+		return err == nil
+	}, func() string { return "the tombstone never expired" })
+	if took := time.Since(start); took < window {
+		t.Errorf("enqueued %s after the cancel, inside the %s window", took, window)
+	}
+
+	// A plain Cancel leaves no tombstone; nor does one that finds its message.
+	if err := b.prod.Cancel(b.ctx, "plain"); !errors.Is(err, shard.ErrNotFound) {
+		t.Fatal(err)
+	}
+	b.enqueue(t, "plain", time.Hour)
+	b.enqueue(t, "found", time.Hour)
+	if err := b.prod.CancelAhead(b.ctx, "found", time.Hour); err != nil {
+		t.Fatalf("cancel ahead of a scheduled message: %v", err)
+	}
+	b.enqueue(t, "found", time.Hour)
+}
+
 func TestRescheduleMovesDue(t *testing.T) {
 	b := setup(t, 1)
 	s := b.enqueue(t, "m", time.Hour)

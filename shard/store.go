@@ -284,7 +284,7 @@ func (s *Store) enqueue(ctx context.Context, i int, id string, env []byte, mode 
 	if upsert {
 		up = "1"
 	}
-	return enqueueStatus(s.run1(ctx, enqueueScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
+	return enqueueStatus(s.run1(ctx, enqueueScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled},
 		id, env, mode, ms, up, s.wake, i, shardCap).Slice())
 }
 
@@ -305,7 +305,7 @@ func (s *Store) enqueueChunks(ctx context.Context, msgs []Message, preps []prepa
 		for _, i := range chunk {
 			args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
 		}
-		calls[c] = call{enqueueManyScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters}, args}
+		calls[c] = call{enqueueManyScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled}, args}
 	}
 	return s.run(ctx, calls...)
 }
@@ -339,14 +339,25 @@ func enqueueStatus(v []any, err error) (int64, error) {
 		return 0, ErrInFlight
 	case -2:
 		return 0, ErrCapacity
+	case -3:
+		return 0, ErrCancelled
 	}
 	return 0, fmt.Errorf("unexpected enqueue status %d", status)
 }
 
 // Cancel removes a scheduled message from shard i.
 func (s *Store) Cancel(ctx context.Context, i int, id string) error {
+	return s.CancelAhead(ctx, i, id, 0)
+}
+
+// CancelAhead is Cancel that, when nothing is scheduled under id in shard
+// i, leaves a tombstone there: for window, an enqueue of id into shard i
+// is refused with ErrCancelled. It still returns ErrNotFound then. No
+// tombstone when window <= 0 or the message is in flight.
+func (s *Store) CancelAhead(ctx context.Context, i int, id string, window time.Duration) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := s.run1(ctx, cancelScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, id).Int()
+	n, err := s.run1(ctx, cancelScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Cancelled},
+		id, max(window.Milliseconds(), 0)).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)

@@ -32,52 +32,53 @@ const envPrefix = "DELAYQ"
 // Config is every setting of every subcommand, read from the environment.
 // `delayq <cmd> -h` prints this table; README.md documents it.
 type Config struct {
-	RedisAddrs      []string      `envconfig:"REDIS_ADDRS" default:"127.0.0.1:6379" desc:"Redis address host:port (several, comma-separated, for a cluster)"`
-	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user name"`
-	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password (never logged)"`
-	RedisDB         int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
-	RedisCluster    bool          `envconfig:"REDIS_CLUSTER" default:"false" desc:"use the Redis Cluster client even with one seed address (several addresses imply it)"`
-	RedisPassFile   string        `envconfig:"REDIS_PASSWORD_FILE" desc:"read the Redis password from this file (e.g. a mounted Kubernetes Secret)"`
-	RedisSentinel   string        `envconfig:"REDIS_SENTINEL_MASTER" desc:"Redis Sentinel: the master's name; DELAYQ_REDIS_ADDRS are then the sentinels"`
-	RedisSentPass   string        `envconfig:"REDIS_SENTINEL_PASSWORD" desc:"password of the sentinels (never logged), when they require one"`
-	RedisWait       int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"enqueue, cancel, ack …: return only once this many replicas have the write (Redis WAIT); 0 = do not wait"`
-	RedisWaitFor    time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a write waits for DELAYQ_REDIS_WAIT_REPLICAS; fewer in time is an error (the write may be lost in a failover)"`
-	RedisTLS        bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
-	RedisTLSCA      string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
-	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
-	RedisTLSKey     string        `envconfig:"REDIS_TLS_KEY" desc:"PEM key of DELAYQ_REDIS_TLS_CERT"`
-	AMQPURL         string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL (amqps:// for TLS); several, comma-separated, for the nodes of a cluster (tried in turn); passwords are never logged"`
-	AMQPURLFile     string        `envconfig:"AMQP_URL_FILE" desc:"read the RabbitMQ URL, with its credentials, from this file"`
-	AMQPTLSCA       string        `envconfig:"AMQP_TLS_CA" desc:"amqps: PEM file of the CA that signed RabbitMQ's certificate (default: the system's)"`
-	AMQPTLSCert     string        `envconfig:"AMQP_TLS_CERT" desc:"amqps: PEM client certificate (mutual TLS)"`
-	AMQPTLSKey      string        `envconfig:"AMQP_TLS_KEY" desc:"amqps: PEM key of DELAYQ_AMQP_TLS_CERT"`
-	Namespace       string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
-	Shards          int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards; with Consul only the fallback while Consul is unreachable"`
-	ConsulAddr      string        `envconfig:"CONSUL_ADDR" desc:"Consul HTTP address host:port; when set, M is read from DELAYQ_CONSUL_KEY and watched"`
-	ConsulToken     string        `envconfig:"CONSUL_TOKEN" desc:"Consul ACL token (never logged)"`
-	ConsulTokenFile string        `envconfig:"CONSUL_TOKEN_FILE" desc:"read the Consul ACL token from this file"`
-	ConsulTLSCA     string        `envconfig:"CONSUL_TLS_CA" desc:"PEM file of the CA of Consul's HTTPS certificate; setting any CONSUL_TLS_* uses https"`
-	ConsulTLSCert   string        `envconfig:"CONSUL_TLS_CERT" desc:"PEM client certificate for Consul"`
-	ConsulTLSKey    string        `envconfig:"CONSUL_TLS_KEY" desc:"PEM key of DELAYQ_CONSUL_TLS_CERT"`
-	ConsulKey       string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
-	Goroutines      int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
-	ClaimBatch      int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
-	Lease           time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
-	MaxRefusals     int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
-	MaxBody         int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
-	MaxPending      int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
-	RoutesFile      string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
-	DefaultExchange string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
-	Ingress         string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
-	IngressPrefetch int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
-	MetricsAddr     string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
-	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
-	HTTPTokensFile  string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN' or 'admin TOKEN' a line; without it serve listens on loopback only"`
-	HTTPTLSCert     string        `envconfig:"HTTP_TLS_CERT" desc:"serve: PEM certificate to serve HTTPS with"`
-	HTTPTLSKey      string        `envconfig:"HTTP_TLS_KEY" desc:"serve: PEM key of DELAYQ_HTTP_TLS_CERT"`
-	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
+	RedisAddrs          []string      `envconfig:"REDIS_ADDRS" default:"127.0.0.1:6379" desc:"Redis address host:port (several, comma-separated, for a cluster)"`
+	RedisUsername       string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user name"`
+	RedisPassword       string        `envconfig:"REDIS_PASSWORD" desc:"Redis password (never logged)"`
+	RedisDB             int           `envconfig:"REDIS_DB" default:"0" desc:"Redis database number (single server only)"`
+	RedisCluster        bool          `envconfig:"REDIS_CLUSTER" default:"false" desc:"use the Redis Cluster client even with one seed address (several addresses imply it)"`
+	RedisPassFile       string        `envconfig:"REDIS_PASSWORD_FILE" desc:"read the Redis password from this file (e.g. a mounted Kubernetes Secret)"`
+	RedisSentinel       string        `envconfig:"REDIS_SENTINEL_MASTER" desc:"Redis Sentinel: the master's name; DELAYQ_REDIS_ADDRS are then the sentinels"`
+	RedisSentPass       string        `envconfig:"REDIS_SENTINEL_PASSWORD" desc:"password of the sentinels (never logged), when they require one"`
+	RedisWait           int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"enqueue, cancel, ack …: return only once this many replicas have the write (Redis WAIT); 0 = do not wait"`
+	RedisWaitFor        time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a write waits for DELAYQ_REDIS_WAIT_REPLICAS; fewer in time is an error (the write may be lost in a failover)"`
+	RedisTLS            bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
+	RedisTLSCA          string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
+	RedisTLSCert        string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
+	RedisTLSKey         string        `envconfig:"REDIS_TLS_KEY" desc:"PEM key of DELAYQ_REDIS_TLS_CERT"`
+	AMQPURL             string        `envconfig:"AMQP_URL" default:"amqp://guest:guest@127.0.0.1:5672/" desc:"RabbitMQ URL (amqps:// for TLS); several, comma-separated, for the nodes of a cluster (tried in turn); passwords are never logged"`
+	AMQPURLFile         string        `envconfig:"AMQP_URL_FILE" desc:"read the RabbitMQ URL, with its credentials, from this file"`
+	AMQPTLSCA           string        `envconfig:"AMQP_TLS_CA" desc:"amqps: PEM file of the CA that signed RabbitMQ's certificate (default: the system's)"`
+	AMQPTLSCert         string        `envconfig:"AMQP_TLS_CERT" desc:"amqps: PEM client certificate (mutual TLS)"`
+	AMQPTLSKey          string        `envconfig:"AMQP_TLS_KEY" desc:"amqps: PEM key of DELAYQ_AMQP_TLS_CERT"`
+	Namespace           string        `envconfig:"NAMESPACE" default:"default" desc:"namespace of the Redis keys: [A-Za-z0-9._-], 1-64 chars"`
+	Shards              int           `envconfig:"SHARDS" default:"16" desc:"M, the number of Redis shards; with Consul only the fallback while Consul is unreachable"`
+	ConsulAddr          string        `envconfig:"CONSUL_ADDR" desc:"Consul HTTP address host:port; when set, M is read from DELAYQ_CONSUL_KEY and watched"`
+	ConsulToken         string        `envconfig:"CONSUL_TOKEN" desc:"Consul ACL token (never logged)"`
+	ConsulTokenFile     string        `envconfig:"CONSUL_TOKEN_FILE" desc:"read the Consul ACL token from this file"`
+	ConsulTLSCA         string        `envconfig:"CONSUL_TLS_CA" desc:"PEM file of the CA of Consul's HTTPS certificate; setting any CONSUL_TLS_* uses https"`
+	ConsulTLSCert       string        `envconfig:"CONSUL_TLS_CERT" desc:"PEM client certificate for Consul"`
+	ConsulTLSKey        string        `envconfig:"CONSUL_TLS_KEY" desc:"PEM key of DELAYQ_CONSUL_TLS_CERT"`
+	ConsulKey           string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
+	Goroutines          int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
+	ClaimBatch          int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
+	Lease               time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
+	MaxRefusals         int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
+	MaxBody             int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
+	MaxPending          int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
+	RoutesFile          string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
+	DefaultExchange     string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
+	Ingress             string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
+	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
+	IngressCancelWindow time.Duration `envconfig:"INGRESS_CANCEL_WINDOW" default:"1m" desc:"scan: a cancel over AMQP that finds nothing refuses a message with that id for this long (it may come right behind, through another scanner); 0 = never"`
+	ShutdownTimeout     time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
+	MetricsAddr         string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
+	HTTPAddr            string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
+	HTTPTokensFile      string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN' or 'admin TOKEN' a line; without it serve listens on loopback only"`
+	HTTPTLSCert         string        `envconfig:"HTTP_TLS_CERT" desc:"serve: PEM certificate to serve HTTPS with"`
+	HTTPTLSKey          string        `envconfig:"HTTP_TLS_KEY" desc:"serve: PEM key of DELAYQ_HTTP_TLS_CERT"`
+	LogLevel            string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat           string        `envconfig:"LOG_FORMAT" default:"json" desc:"json or console"`
 }
 
 // loadConfig reads and checks the environment, reading secrets given as
@@ -243,6 +244,8 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
 	case c.IngressPrefetch < 1 || c.IngressPrefetch > 65535:
 		return fmt.Errorf("%s_INGRESS_PREFETCH: %d, want 1 to 65535", envPrefix, c.IngressPrefetch)
+	case c.IngressCancelWindow < 0 || c.IngressCancelWindow > 24*time.Hour:
+		return fmt.Errorf("%s_INGRESS_CANCEL_WINDOW: %s, want 0 (never) to 24h (e.g. 1m)", envPrefix, c.IngressCancelWindow)
 	}
 	if _, err := c.ingressRoutes(); err != nil {
 		return err
@@ -395,4 +398,13 @@ func configError(err error) error {
 		want = "a comma-separated list"
 	}
 	return fmt.Errorf("%s=%q: want %s", pe.KeyName, pe.Value, want)
+}
+
+// ingressCancelWindow is DELAYQ_INGRESS_CANCEL_WINDOW as ingress.Options
+// takes it (negative: none).
+func (c *Config) ingressCancelWindow() time.Duration {
+	if c.IngressCancelWindow == 0 {
+		return -1
+	}
+	return c.IngressCancelWindow
 }

@@ -200,7 +200,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 				continue
 			case errors.Is(r.Err, shard.ErrInFlight):
 				inFlight++
-			case errors.Is(r.Err, shard.ErrDuplicate):
+			case errors.Is(r.Err, shard.ErrDuplicate), errors.Is(r.Err, shard.ErrCancelled):
 				duplicates++
 			case errors.Is(r.Err, shard.ErrInvalid):
 				rejected++

@@ -574,3 +574,60 @@ func TestIngressDropsBrokerHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestIngressCancelRightBehindItsMessage: 200 messages, each followed at
+// once by its x-delayq-cancel on the same channel, consumed by 2 and by 3
+// scanners: the broker hands a message and its cancel to different
+// scanners, which may settle the cancel first. Every cancel must win:
+// once all 400 are settled, nothing is scheduled and nothing delivered.
+func TestIngressCancelRightBehindItsMessage(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d scanners", n), func(t *testing.T) {
+			w := newWorld(t, 4)
+			s := newIngress(t, w)
+			var scanners []*proc
+			for range n {
+				p := w.scan(s.env)
+				scanners = append(scanners, p)
+				shardtest.WaitFor(t, 30*time.Second, func() bool {
+					v, _ := metricValue(p.scrape(t), "delayq_ingress_consuming", "")
+					return v == 1
+				}, func() string { return "a scanner is not consuming the ingress queue:\n" + p.log.String() })
+			}
+			conn, err := amqp.Dial(rabbit.URL)
+			must(t, err)
+			defer conn.Close()
+			ch, err := conn.Channel()
+			must(t, err)
+			const pairs = 200
+			for i := range pairs {
+				id := fmt.Sprintf("pair-%03d", i)
+				for _, h := range []amqp.Table{{"x-delay": int32(30000)}, {"x-delayq-cancel": true}} {
+					must(t, ch.PublishWithContext(t.Context(), s.inExchange, "rk", false, false, amqp.Publishing{MessageId: id, Headers: h}))
+				}
+			}
+			outcomes := func() map[string]float64 {
+				sum := map[string]float64{}
+				for _, p := range scanners {
+					m := p.scrape(t)
+					for _, o := range []string{"scheduled", "cancelled", "cancel_missed", "cancelled_ahead", "rejected"} {
+						v, _ := metricValue(m, "delayq_ingress_messages_total", `outcome="`+o+`"`)
+						sum[o] += v
+					}
+				}
+				return sum
+			}
+			shardtest.WaitFor(t, 60*time.Second, func() bool {
+				o := outcomes()
+				return o["scheduled"]+o["cancelled"]+o["cancel_missed"]+o["cancelled_ahead"]+o["rejected"] >= 2*pairs
+			}, func() string { return fmt.Sprintf("not all settled: %v", outcomes()) })
+			o := outcomes()
+			st := w.stats()
+			if st.Total.Scheduled+st.Total.InFlight > 0 || len(collect(t, s.target, 1, 0)) > 0 {
+				t.Fatalf("%d scheduled and %d in flight after every cancel was settled (outcomes %v)", st.Total.Scheduled, st.Total.InFlight, o)
+			}
+			t.Logf("%d scanners: %v cancels found their message, %v came first and won (all %d cancelled)",
+				n, o["cancelled"], o["cancelled_ahead"], pairs)
+		})
+	}
+}

@@ -145,7 +145,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		}
 		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
 		in, err := ingress.New(ingress.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-ingress " + host,
-			Routes: routes, Prefetch: c.IngressPrefetch, MaxBody: c.MaxBody, AtStep: crash,
+			Routes: routes, Prefetch: c.IngressPrefetch, MaxBody: c.MaxBody, AtStep: crash, CancelWindow: c.ingressCancelWindow(),
 			ExchangeExists: pub.ExchangeExists}, prod, e.log, im)
 		if err != nil {
 			return startFailed(err)

@@ -155,6 +155,8 @@ func (a *API) fail(w http.ResponseWriter, err error) {
 		problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
 	case errors.Is(err, shard.ErrDuplicate):
 		problem(w, http.StatusConflict, "duplicate id", err.Error(), "id")
+	case errors.Is(err, shard.ErrCancelled):
+		problem(w, http.StatusConflict, "cancelled", err.Error(), "id")
 	case errors.Is(err, shard.ErrInFlight):
 		problem(w, http.StatusConflict, "in flight", err.Error(), "id")
 	case errors.Is(err, shard.ErrNotFound):
@@ -318,6 +320,8 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 				it.Status, it.Shard, it.Due = "scheduled", &sh, br.Due.UTC().Format(time.RFC3339Nano)
 			case errors.Is(br.Err, shard.ErrDuplicate):
 				it.Status = "duplicate"
+			case errors.Is(br.Err, shard.ErrCancelled):
+				it.Status, it.Error = "cancelled", br.Err.Error()
 			case errors.As(br.Err, &ie):
 				it.Status, it.Error, it.Field = "invalid", br.Err.Error(), ie.Field
 			default:

@@ -38,8 +38,13 @@
 //   - Without a message_id delayq makes an id, so a redelivery (after a
 //     crash before the ack) schedules a second copy.
 //   - Order: messages are scheduled by due time, not by arrival.
-//   - A cancel published right after its message, to another queue, may
-//     be settled first and find nothing.
+//   - A cancel that finds nothing scheduled leaves a tombstone for
+//     Options.CancelWindow (default 1 min): a message with that id stored
+//     within the window is acked as cancelled_ahead, never scheduled. So
+//     a cancel published right behind its message wins even when another
+//     consumer (another scanner) settles it first. The flip side: a new
+//     message that reuses the id of a cancelled, delivered or unknown one
+//     within the window is taken as cancelled too (logged and counted).
 //
 // # Lifecycle
 //

@@ -57,6 +57,14 @@ type Options struct {
 	// (ReasonTarget) now rather than dead-lettered when due. An error is
 	// an outage: the batch waits. The publisher's cached check fits.
 	ExchangeExists func(ctx context.Context, name string) (bool, error)
+	// CancelWindow is how long a cancel (x-delayq-cancel) that finds
+	// nothing scheduled refuses a message with that id: two consumers of
+	// one queue (two scanners) can settle a message and the cancel
+	// published right behind it in either order, and the cancel must win.
+	// Default 1m: longer than the broker takes to redeliver the message
+	// of a consumer that died holding it. Negative: no tombstones (a
+	// cancel that comes first misses).
+	CancelWindow time.Duration
 	// AtStep, when set, is called at each Step of every batch: the crash
 	// tests kill the process there.
 	AtStep func(Step)
@@ -97,24 +105,30 @@ func (o *Options) defaults() {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
+	if o.CancelWindow == 0 {
+		o.CancelWindow = time.Minute
+	}
 }
 
 // Scheduler is what the ingress needs of a shard.Producer.
 type Scheduler interface {
 	EnqueueBatch(ctx context.Context, msgs []shard.Message) ([]shard.BatchResult, error)
-	Cancel(ctx context.Context, id string) error
+	CancelAhead(ctx context.Context, id string, window time.Duration) error
 	Retry(ctx context.Context, d shard.Delivery, cause string) (shard.RetryOutcome, error)
 }
 
 // Outcomes: the outcome label of delayq_ingress_messages_total.
 const (
-	OutcomeScheduled   = "scheduled"
-	OutcomeDuplicate   = "duplicate"     // the id was already there: a redelivery, or a producer's second publish
-	OutcomeCancelled   = "cancelled"     // a cancel that found its message
-	OutcomeCancelMiss  = "cancel_missed" // a cancel that found nothing scheduled (delivered, in flight, or unknown)
-	OutcomeRetried     = "retried"       // a retry request scheduled its next step (or was a duplicate of one)
-	OutcomeRetriedDead = "retry_exhausted"
-	OutcomeRejected    = "rejected" // to the dead-letter exchange; delayq_ingress_rejected_total says why
+	OutcomeScheduled  = "scheduled"
+	OutcomeDuplicate  = "duplicate"     // the id was already there: a redelivery, or a producer's second publish
+	OutcomeCancelled  = "cancelled"     // a cancel that found its message
+	OutcomeCancelMiss = "cancel_missed" // a cancel that found nothing scheduled (delivered, in flight, or not yet stored)
+	// A message whose cancel was settled first (the tombstone of a
+	// cancel_missed refused it): acked, never scheduled.
+	OutcomeCancelledAhead = "cancelled_ahead"
+	OutcomeRetried        = "retried" // a retry request scheduled its next step (or was a duplicate of one)
+	OutcomeRetriedDead    = "retry_exhausted"
+	OutcomeRejected       = "rejected" // to the dead-letter exchange; delayq_ingress_rejected_total says why
 )
 
 // Metrics are the ingress's Prometheus metrics. Labels: queue (the
@@ -510,6 +524,10 @@ func (in *Ingress) flush(ctx context.Context, st *batchState) error {
 			switch {
 			case err == nil:
 				in.m.Messages.WithLabelValues(st.r.Queue, OutcomeScheduled).Inc()
+			case errors.Is(err, shard.ErrCancelled):
+				in.m.Messages.WithLabelValues(st.r.Queue, OutcomeCancelledAhead).Inc()
+				in.log.Info("message cancelled before it was stored: not scheduled",
+					zap.String("id", p.req.Message.ID), zap.String("queue", st.r.Queue))
 			case errors.Is(err, shard.ErrDuplicate):
 				in.m.Messages.WithLabelValues(st.r.Queue, OutcomeDuplicate).Inc()
 				if p.req.GeneratedID {
@@ -551,13 +569,17 @@ func (in *Ingress) control(ctx context.Context, st *batchState, d *amqp.Delivery
 		outcome := ""
 		switch req.Kind {
 		case Cancel:
-			err = in.sched.Cancel(wctx, req.ID)
+			err = in.sched.CancelAhead(wctx, req.ID, in.opts.CancelWindow)
 			switch {
 			case err == nil:
 				outcome = OutcomeCancelled
-			case errors.Is(err, shard.ErrNotFound), errors.Is(err, shard.ErrInFlight):
+			case errors.Is(err, shard.ErrNotFound):
 				outcome, err = OutcomeCancelMiss, nil
-				in.log.Info("cancel found nothing scheduled", zap.String("id", req.ID), zap.String("queue", st.r.Queue))
+				in.log.Info("cancel found nothing scheduled; a message with this id is refused for the cancel window",
+					zap.String("id", req.ID), zap.String("queue", st.r.Queue), zap.Duration("window", max(in.opts.CancelWindow, 0)))
+			case errors.Is(err, shard.ErrInFlight):
+				outcome, err = OutcomeCancelMiss, nil
+				in.log.Info("cancel came too late: the message is being published", zap.String("id", req.ID), zap.String("queue", st.r.Queue))
 			}
 		case Retry:
 			var out shard.RetryOutcome
