@@ -74,6 +74,12 @@ type delivery struct {
 
 func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	t.Helper()
+	return newFleetWith(t, m, cfg, amqpURL, nil)
+}
+
+// newFleetWith is newFleet whose scanner uses wrap(store) (nil: the store).
+func newFleetWith(t testing.TB, m int, cfg scanner.Config, amqpURL string, wrap func(*shard.Store) *shard.Store) *fleet {
+	t.Helper()
 	shardtest.Require(t, serverErr)
 	f := &fleet{t: t, ns: shardtest.Namespace(t), m: m, got: map[string][]delivery{}}
 	f.exchange = f.ns
@@ -99,8 +105,12 @@ func newFleet(t testing.TB, m int, cfg scanner.Config, amqpURL string) *fleet {
 	f.pub = pub
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
 	f.metrics = scanner.NewMetrics(prometheus.NewRegistry())
+	scanStore := f.store
+	if wrap != nil {
+		scanStore = wrap(f.store)
+	}
 	f.scanner, err = scanner.New(cfg, scanner.Deps{
-		Store: f.store, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
+		Store: scanStore, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
 		Routes: routes, Publisher: pub, Log: log, Metrics: f.metrics,
 	})
 	if err != nil {
@@ -624,5 +634,41 @@ func TestSlowConsumer(t *testing.T) {
 	case <-done:
 	case <-time.After(60 * time.Second):
 		t.Fatalf("consumed %d of %d", consumed.Load(), n)
+	}
+}
+
+// TestAckNotReplicatedIsNotALostLease: with WAIT asking for a replica that
+// does not exist, every ack takes effect on the master but reports
+// ErrNotReplicated. The messages are delivered once, nothing is left in
+// Redis, and delayq_leases_lost_total stays 0 (it counted every such ack
+// as lost, and the log said they would be delivered again).
+func TestAckNotReplicatedIsNotALostLease(t *testing.T) {
+	t.Parallel()
+	f := newFleetWith(t, 2, scanner.Config{Goroutines: 2}, rabbit.URL,
+		func(s *shard.Store) *shard.Store { return s.WithReplicas(1, 10*time.Millisecond) })
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, fmt.Sprintf("m%d", i))
+		if _, err := f.prod.Enqueue(t.Context(), shard.Message{ID: ids[i], Topic: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitAll(ids, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.scanner.Stop(ctx); err != nil { // every ack flushed and counted
+		t.Fatal(err)
+	}
+	st, err := f.store.Stats(t.Context(), f.m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Scheduled+s.InFlight > 0 {
+			t.Errorf("shard %d still holds %d scheduled, %d in flight", s.Shard, s.Scheduled, s.InFlight)
+		}
+	}
+	if c := f.scanner.Counts(); c.LostLeases != 0 || c.Published != int64(len(ids)) {
+		t.Errorf("counts %+v: want %d published and no lost lease", c, len(ids))
 	}
 }

@@ -165,7 +165,10 @@ func (a *ackBatcher) flush(ctx context.Context) {
 	a.room.Broadcast()
 	a.mu.Unlock()
 	acked, err := a.store.AckShards(ctx, batch)
-	if err != nil {
+	switch {
+	case errors.Is(err, shard.ErrNotReplicated):
+		a.warn("ack after confirm not yet on the replicas; the messages are delivered again only if the master fails over first", err)
+	case err != nil:
 		a.warn("ack after confirm; the messages will be delivered again", err)
 	}
 	a.metrics.LostLeases.Add(float64(n - acked))

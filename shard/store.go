@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -184,7 +185,9 @@ const MaxAckBatch = 64
 // AckShards acks the leases of several shards in one pipelined round trip
 // (one ack script call per shard and per MaxAckBatch leases) and returns
 // how many were still held. On error, some may have been acked; the rest
-// will be delivered again.
+// will be delivered again. With ErrNotReplicated every ack took effect on
+// the master (they count), but fewer replicas than asked for have it: the
+// messages come back only if the master fails over before they do.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, error) {
 	type batch struct {
 		shard int
@@ -211,14 +214,14 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, err
 	total := 0
 	var firstErr error
 	for j, c := range s.run(ctx, calls...) {
-		n, err := c.Int()
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("ack %d messages of shard %d: %w", batches[j].n, batches[j].shard, err)
-			}
-			continue
+		n, err := c.Int64()
+		if errors.Is(err, ErrNotReplicated) {
+			n, _ = c.Val().(int64) // done on the master
 		}
-		total += n
+		total += int(n)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("ack %d messages of shard %d: %w", batches[j].n, batches[j].shard, err)
+		}
 	}
 	return total, firstErr
 }
