@@ -83,3 +83,9 @@ func Of(id string, m int) int {
 	}
 	return int(h % uint64(m))
 }
+
+// SessionEndedKey marks web console session id as ended (signed out)
+// until it would have expired: console sessions are signed cookies, so
+// that any serve instance accepts them, and this key is how a sign-out
+// reaches every instance.
+func SessionEndedKey(ns, id string) string { return "delayq:{" + ns + "}:session-ended:" + id }

@@ -74,7 +74,9 @@ type Config struct {
 	ShutdownTimeout     time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
 	MetricsAddr         string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	HTTPAddr            string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
-	HTTPTokensFile      string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN' or 'admin TOKEN' a line; without it serve listens on loopback only"`
+	HTTPTokensFile      string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN [NAME]' or 'admin TOKEN [NAME]' a line (NAME for the audit log); without it serve listens on loopback only"`
+	HTTPAllowedHosts    []string      `envconfig:"HTTP_ALLOWED_HOSTS" desc:"serve: host names the API and console answer to besides IP addresses and localhost, comma-separated (a request naming another host is refused: DNS rebinding); * for any"`
+	HTTPSecretFile      string        `envconfig:"HTTP_SECRET_FILE" desc:"serve: a secret (at least 32 bytes) that signs console sessions and forms, the same for every instance; default: derived from the tokens file"`
 	HTTPTLSCert         string        `envconfig:"HTTP_TLS_CERT" desc:"serve: PEM certificate to serve HTTPS with"`
 	HTTPTLSKey          string        `envconfig:"HTTP_TLS_KEY" desc:"serve: PEM key of DELAYQ_HTTP_TLS_CERT"`
 	LogLevel            string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`

@@ -30,6 +30,14 @@ const (
 // serve starts `delayq serve` with a tokens file and returns its base URL.
 func (w *world) serve(t *testing.T, extraEnv ...string) string {
 	t.Helper()
+	base, _ := w.serveLogged(t, extraEnv...)
+	return base
+}
+
+// serveLogged starts `delayq serve` with the test tokens (admin
+// "tokens line 1", read "tokens line 2") and returns its base URL and log.
+func (w *world) serveLogged(t *testing.T, extraEnv ...string) (string, *lockedWriter) {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	must(t, os.WriteFile(tokens, []byte("admin "+consoleAdmin+"\nread "+consoleRead+"\n"), 0o600))
@@ -54,10 +62,12 @@ func (w *world) serve(t *testing.T, extraEnv ...string) string {
 		}
 		return err == nil
 	}, func() string { return "serve never listened:\n" + log.String() })
-	if strings.Contains(log.String(), consoleAdmin) || strings.Contains(log.String(), consoleRead) {
-		t.Errorf("a token appears in the log:\n%s", log.String())
-	}
-	return base
+	t.Cleanup(func() {
+		if strings.Contains(log.String(), consoleAdmin) || strings.Contains(log.String(), consoleRead) {
+			t.Errorf("a token appears in the log:\n%s", log.String())
+		}
+	})
+	return base, log
 }
 
 // browser starts headless Chromium (Debian's) for the test.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -103,7 +104,13 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	api := httpapi.New(apiOpts)
-	copts := console.Options{API: api, Producer: prod, Tokens: tokens, Secure: tlsCfg != nil, Log: e.log}
+	key, err := c.consoleKey(tokens)
+	if err != nil {
+		_ = ln.Close()
+		fmt.Fprintf(e.stderr, "delayq serve: %v\n", err)
+		return exitUsage
+	}
+	copts := console.Options{API: api, Producer: prod, Tokens: tokens, Secure: tlsCfg != nil, Log: e.log, Key: key, Sessions: st}
 	if consul != nil {
 		copts.Fleet = func(ctx context.Context) ([]string, error) {
 			members, err := balance.Fleet(ctx, consul, c.Namespace)
@@ -122,7 +129,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler())
 	mux.Handle("/", con.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	srv := &http.Server{Handler: httpapi.Guard(c.HTTPAllowedHosts, e.log.Named("http"), mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, ErrorLog: zap.NewStdLog(e.log.Named("http"))}
 	var served sync.WaitGroup
 	_ = ps.start(ctx, "http listener", partFuncs{
@@ -176,4 +183,23 @@ func (c Config) httpTokens() (*httpapi.Tokens, error) {
 		return nil, fmt.Errorf("%s_HTTP_TOKENS_FILE %s: %w", envPrefix, c.HTTPTokensFile, err)
 	}
 	return t, nil
+}
+
+// consoleKey is the key that signs console sessions and forms: the
+// contents of DELAYQ_HTTP_SECRET_FILE, or else one derived from the
+// tokens, so that every instance given the same configuration accepts the
+// others' sessions and forms. Without tokens nobody signs in: nil (a key
+// of the process).
+func (c Config) consoleKey(tokens *httpapi.Tokens) ([]byte, error) {
+	if c.HTTPSecretFile == "" {
+		return tokens.Key("console sessions"), nil
+	}
+	b, err := os.ReadFile(c.HTTPSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s_HTTP_SECRET_FILE: %w", envPrefix, err)
+	}
+	if b = bytes.TrimSpace(b); len(b) < 32 {
+		return nil, fmt.Errorf("%s_HTTP_SECRET_FILE %s: %d bytes, want at least 32", envPrefix, c.HTTPSecretFile, len(b))
+	}
+	return b, nil
 }

@@ -34,20 +34,48 @@ type Options struct {
 	// Fleet, when set, lists the live scanners (from Consul) for the
 	// overview.
 	Fleet func(ctx context.Context) ([]string, error)
-	// Secure marks the cookie Secure (the server speaks TLS).
+	// Secure marks the cookies Secure (the server speaks TLS).
 	Secure bool
-	Log    *zap.Logger
+	// Key signs sessions and form tokens. Servers given the same key
+	// accept each other's sessions and forms (several serve instances
+	// behind a balancer, or one restarted): serve derives it from the
+	// tokens file, or reads DELAYQ_HTTP_SECRET_FILE. Nil: a random key of
+	// this process.
+	Key []byte
+	// Sessions records sign-outs where every instance sees them
+	// (*shard.Store). Nil: a sign-out only clears the browser's cookie,
+	// and a copy of the cookie lives until it expires.
+	Sessions Sessions
+	// SessionTTL is how long a sign-in lasts. Default 12h.
+	SessionTTL time.Duration
+	Log        *zap.Logger
+}
+
+// Sessions is where sign-outs are kept (*shard.Store).
+type Sessions interface {
+	EndSession(ctx context.Context, id string, until time.Time) error
+	SessionEnded(ctx context.Context, id string) (bool, error)
 }
 
 // Console serves the web pages.
 type Console struct {
-	o    Options
-	tmpl *template.Template
-	key  []byte // CSRF key, per process
-	mux  *http.ServeMux
+	o       Options
+	tmpl    *template.Template
+	key     []byte
+	holders map[string]holder // token fingerprint under key -> its role and holder
+	mux     *http.ServeMux
 }
 
-const cookieName = "delayq_token"
+type holder struct {
+	role httpapi.Role
+	name string
+}
+
+// The console's cookies: the session, and the sign-in form's nonce.
+const (
+	sessionCookie = "delayq_session"
+	loginCookie   = "delayq_login"
+)
 
 // New parses the templates and returns the console.
 func New(o Options) (*Console, error) {
@@ -62,14 +90,21 @@ func New(o Options) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console templates: %w", err)
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
-	c := &Console{o: o, tmpl: tmpl, key: key, mux: http.NewServeMux()}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 12 * time.Hour
+	}
+	key := o.Key
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
+	}
+	c := &Console{o: o, tmpl: tmpl, key: key, holders: map[string]holder{}, mux: http.NewServeMux()}
+	o.Tokens.Each(key, func(fp string, role httpapi.Role, name string) { c.holders[fp] = holder{role, name} })
 	static, _ := fs.Sub(files, "static")
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	c.mux.HandleFunc("GET /login", c.loginPage)
 	c.mux.HandleFunc("POST /login", c.login)
-	c.mux.HandleFunc("POST /logout", c.logout)
+	c.mux.HandleFunc("POST /logout", c.page(httpapi.RoleRead, c.logout))
 	c.mux.HandleFunc("GET /{$}", c.page(httpapi.RoleRead, c.overview))
 	c.mux.HandleFunc("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
 	c.mux.HandleFunc("GET /messages", c.page(httpapi.RoleRead, c.message))
@@ -86,15 +121,24 @@ func (c *Console) Handler() http.Handler { return c.mux }
 // session is who is looking at a page.
 type session struct {
 	Role  httpapi.Role
+	Name  string // the token's holder (tokens file), for the audit log
 	CSRF  string
-	Login bool // signed in with a token (so a sign-out makes sense)
+	Login bool      // signed in with a token (so a sign-out makes sense)
+	ID    string    // of a sign-in
+	Until time.Time // when the sign-in expires
 }
 
 // page wraps h: it needs a session of at least role (else the sign-in
 // page, or 403), and for a POST a valid CSRF token.
 func (c *Console) page(role httpapi.Role, h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := c.session(r)
+		s, err := c.session(r)
+		if err != nil {
+			c.o.Log.Warn("session check failed", zap.Error(err))
+			c.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"Title": "Unavailable",
+				"Error": "Cannot check the sign-in: " + err.Error()})
+			return
+		}
 		if s.Role == httpapi.RoleNone {
 			if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/ui/") {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
@@ -123,26 +167,56 @@ func (c *Console) page(role httpapi.Role, h func(http.ResponseWriter, *http.Requ
 	}
 }
 
-func (c *Console) session(r *http.Request) session {
+// session reads the session cookie: "ID.UNTIL.FINGERPRINT.MAC", MAC an
+// HMAC under the key of the rest, FINGERPRINT the token's (Tokens.Each),
+// so the cookie carries no token, a session dies with its token, and
+// any server with the key accepts it unless Sessions says it ended.
+func (c *Console) session(r *http.Request) (session, error) {
 	if c.o.Tokens == nil {
-		return session{Role: httpapi.RoleAdmin, CSRF: c.csrf("")}
+		return session{Role: httpapi.RoleAdmin, Name: "local", CSRF: c.mac("csrf:local")}, nil
 	}
-	ck, err := r.Cookie(cookieName)
+	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return session{}
+		return session{}, nil
 	}
-	role := c.o.Tokens.Role(ck.Value)
-	if role == httpapi.RoleNone {
-		return session{}
+	f := strings.Split(ck.Value, ".")
+	if len(f) != 4 || !hmac.Equal([]byte(f[3]), []byte(c.mac("session:"+f[0]+"."+f[1]+"."+f[2]))) {
+		return session{}, nil
 	}
-	return session{Role: role, CSRF: c.csrf(ck.Value), Login: true}
+	until, err := strconv.ParseInt(f[1], 10, 64)
+	h, ok := c.holders[f[2]]
+	if err != nil || !ok || time.Now().Unix() >= until {
+		return session{}, nil
+	}
+	if c.o.Sessions != nil {
+		ended, err := c.o.Sessions.SessionEnded(r.Context(), f[0])
+		if err != nil {
+			return session{}, err
+		}
+		if ended {
+			return session{}, nil
+		}
+	}
+	return session{Role: h.role, Name: h.name, CSRF: c.mac("csrf:" + f[0]), Login: true, ID: f[0],
+		Until: time.Unix(until, 0)}, nil
 }
 
-// csrf is the form token of a session: an HMAC of its bearer token.
-func (c *Console) csrf(token string) string {
+// mac is the hex HMAC-SHA256 of s under the console's key.
+func (c *Console) mac(s string) string {
 	m := hmac.New(sha256.New, c.key)
-	m.Write([]byte(token))
+	m.Write([]byte(s))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// audit logs an action that changed something: who (the token's holder,
+// never the token), what, on what, and how it ended.
+func (c *Console) audit(s session, action, target string, err error) {
+	result := "ok"
+	if err != nil {
+		result = err.Error()
+	}
+	c.o.Log.Info("audit", zap.String("via", "console"), zap.String("who", s.Name), zap.String("action", action),
+		zap.String("target", target), zap.String("result", result))
 }
 
 func (c *Console) render(w http.ResponseWriter, status int, name string, data map[string]any) {
@@ -152,6 +226,7 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, data ma
 		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store") // pages show message bodies
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
@@ -165,23 +240,65 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	c.render(w, http.StatusOK, "login.html", map[string]any{"Title": "Sign in"})
+	c.renderLogin(w, http.StatusOK, "")
+}
+
+// renderLogin shows the sign-in form with a fresh form token: a nonce in a
+// cookie of its own and its HMAC in the form, so that a page elsewhere
+// cannot sign the browser in under a token of its choosing.
+func (c *Console) renderLogin(w http.ResponseWriter, status int, msg string) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	nonce := hex.EncodeToString(b[:])
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: nonce, Path: "/login", HttpOnly: true, Secure: c.o.Secure,
+		SameSite: http.SameSiteStrictMode, MaxAge: 3600})
+	c.render(w, status, "login.html", map[string]any{"Title": "Sign in", "Error": msg, "LoginCSRF": c.mac("login:" + nonce)})
 }
 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
-	token := strings.TrimSpace(r.PostFormValue("token"))
-	if c.o.Tokens == nil || c.o.Tokens.Role(token) == httpapi.RoleNone {
-		c.render(w, http.StatusUnauthorized, "login.html", map[string]any{"Title": "Sign in", "Error": "That token is not accepted."})
+	if c.o.Tokens == nil {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, Secure: c.o.Secure,
-		SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	nonce, err := r.Cookie(loginCookie)
+	if err != nil || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(c.mac("login:"+nonce.Value))) {
+		c.renderLogin(w, http.StatusForbidden, "The sign-in form expired or came from elsewhere: sign in again.")
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	role, name := c.o.Tokens.Lookup(token)
+	if role == httpapi.RoleNone {
+		c.o.Log.Info("audit", zap.String("via", "console"), zap.String("action", "sign in"), zap.String("result", "token not accepted"))
+		c.renderLogin(w, http.StatusUnauthorized, "That token is not accepted.")
+		return
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	until := strconv.FormatInt(time.Now().Add(c.o.SessionTTL).Unix(), 10)
+	value := id + "." + until + "." + httpapi.Fingerprint(c.key, token)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: value + "." + c.mac("session:"+value), Path: "/",
+		HttpOnly: true, Secure: c.o.Secure, SameSite: http.SameSiteStrictMode, MaxAge: int(c.o.SessionTTL.Seconds())})
+	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", MaxAge: -1})
+	c.o.Log.Info("audit", zap.String("via", "console"), zap.String("who", name), zap.String("action", "sign in"),
+		zap.String("result", "ok"))
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, Secure: c.o.Secure,
+// logout ends the session for every server (Options.Sessions), not only
+// in this browser, so a copied cookie dies with it.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
+	if s.Login && c.o.Sessions != nil {
+		err := c.o.Sessions.EndSession(r.Context(), s.ID, s.Until)
+		c.audit(s, "sign out", "", err)
+		if err != nil {
+			c.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"S": s, "Title": "Not signed out",
+				"Error": "The sign-out could not be recorded: " + err.Error()})
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: c.o.Secure,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
@@ -231,7 +348,9 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
 
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PostFormValue("id")
-	if err := c.o.Producer.Cancel(r.Context(), id); err != nil {
+	err := c.o.Producer.Cancel(r.Context(), id)
+	c.audit(s, "cancel", id, err)
+	if err != nil {
 		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not cancelled", "Error": err.Error()})
 		return
 	}
@@ -247,6 +366,7 @@ func (c *Console) reschedule(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	due, err := c.o.Producer.RescheduleAfter(r.Context(), id, d)
+	c.audit(s, "reschedule", id+" in "+d.String(), err)
 	if err != nil {
 		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not rescheduled", "Error": err.Error()})
 		return
@@ -266,7 +386,11 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s session) {
 	if st, err := c.o.API.ReadStats(r.Context()); err == nil {
 		data["Total"] = st.Total.Dead
 	}
-	if err != nil {
+	var ie *shard.InvalidError
+	switch {
+	case errors.As(err, &ie):
+		data["Error"] = "This page's " + ie.Field + " is not valid: " + ie.Reason
+	case err != nil:
 		data["Error"] = "Redis: " + err.Error()
 	}
 	c.render(w, http.StatusOK, "dead.html", data)
@@ -312,12 +436,14 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 	done := 0
 	for _, id := range ids {
 		if err := op(r.Context(), id); err != nil && !errors.Is(err, shard.ErrNotFound) {
+			c.audit(s, action, fmt.Sprintf("%d dead messages", len(ids)), fmt.Errorf("%d done, then %s: %w", done, id, err))
 			c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Failed",
 				"Error": fmt.Sprintf("%s %s: %v (%d done before it)", action, id, err, done)})
 			return
 		}
 		done++
 	}
+	c.audit(s, action, auditTarget(ids, all), nil)
 	verb := map[string]string{"redrive": "redriven", "purge": "purged"}[action]
 	http.Redirect(w, r, "/dead?done="+url.QueryEscape(fmt.Sprintf("%d %s", done, verb)), http.StatusSeeOther)
 }
@@ -332,4 +458,16 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	}
 	return http.StatusServiceUnavailable
+}
+
+// auditTarget names the dead messages of a redrive or purge for the audit
+// log: all, or the ids (the first 20 and how many more).
+func auditTarget(ids []string, all bool) string {
+	if all {
+		return fmt.Sprintf("all (the oldest %d)", len(ids))
+	}
+	if len(ids) > 20 {
+		return strings.Join(ids[:20], ",") + fmt.Sprintf(" and %d more", len(ids)-20)
+	}
+	return strings.Join(ids, ",")
 }

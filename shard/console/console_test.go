@@ -89,10 +89,18 @@ func TestSignInAndCSRF(t *testing.T) {
 	if code, body := get("/"); code != 200 || !strings.Contains(body, `id="token"`) {
 		t.Fatalf("not signed in: %d, want the sign-in page", code)
 	}
-	if code, body := post("/login", url.Values{"token": {"wrong-token-0123456789"}}); code != 401 || !strings.Contains(body, "not accepted") {
+	loginToken := func() string {
+		_, page := get("/login")
+		m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no form token on the sign-in page:\n%s", page)
+		}
+		return m[1]
+	}
+	if code, body := post("/login", url.Values{"token": {"wrong-token-0123456789"}, "csrf": {loginToken()}}); code != 401 || !strings.Contains(body, "not accepted") {
 		t.Errorf("bad token: %d", code)
 	}
-	if code, body := post("/login", url.Values{"token": {admin}}); code != 200 || !strings.Contains(body, `id="totals"`) {
+	if code, body := post("/login", url.Values{"token": {admin}, "csrf": {loginToken()}}); code != 200 || !strings.Contains(body, `id="totals"`) {
 		t.Fatalf("sign in: %d\n%s", code, body)
 	}
 	if code, _ := post("/messages/cancel", url.Values{"id": {"m1"}}); code != 403 {

@@ -11,10 +11,18 @@
 //
 // # Access
 //
-// Signing in takes a bearer token (httpapi.Tokens); the console keeps it
-// in an HttpOnly, SameSite=Strict cookie, and every state-changing form
-// carries a CSRF token derived from it (HMAC with a per-process key), which
-// the server checks in constant time. A read token sees everything and
-// changes nothing. With no tokens configured, nobody signs in and every
-// visitor is an admin (the server then listens on loopback only).
+// Signing in takes a bearer token (httpapi.Tokens) and sets an HttpOnly,
+// SameSite=Strict cookie holding a signed, expiring session: an id, its
+// end and the token's fingerprint, never the token, so a session dies
+// with its token and at its end. Signing out records the end of the
+// session in Redis (Options.Sessions), so a copied cookie is refused by
+// every instance. Every form carries a CSRF token, the sign-in form
+// included (bound to a nonce cookie of its own), which the server checks
+// in constant time. Sessions and form tokens are signed with
+// Options.Key: instances given the same key accept each other's (serve
+// behind a balancer). A read token sees everything and changes nothing.
+// With no tokens configured, nobody signs in and every visitor is an
+// admin (the server then listens on loopback only; httpapi.Guard keeps
+// other sites' pages out). Every change is logged as one "audit" line
+// naming the token's holder.
 package console

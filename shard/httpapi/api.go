@@ -107,8 +107,10 @@ func (a *API) Routes() []string { return a.routes }
 func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
 	a.routes = append(a.routes, pattern)
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store") // answers carry message bodies
 		if role > RoleNone {
-			got := a.o.Tokens.Role(bearer(r))
+			got, name := a.o.Tokens.Lookup(bearer(r))
+			r = r.WithContext(context.WithValue(r.Context(), holderKey{}, name))
 			switch {
 			case got == RoleNone:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="delayq"`)
@@ -121,6 +123,21 @@ func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
 		}
 		h(w, r)
 	})
+}
+
+// holderKey is the request context's key of the token holder's name.
+type holderKey struct{}
+
+// audit logs an action that changed something: who (the token's holder,
+// never the token), what, on what, and how it ended.
+func (a *API) audit(r *http.Request, action, target string, err error) {
+	who, _ := r.Context().Value(holderKey{}).(string)
+	result := "ok"
+	if err != nil {
+		result = err.Error()
+	}
+	a.o.Log.Info("audit", zap.String("via", "api"), zap.String("who", who), zap.String("action", action),
+		zap.String("target", target), zap.String("result", result))
 }
 
 // bearer returns the token of an Authorization: Bearer header.
@@ -444,7 +461,9 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := a.o.Producer.Cancel(r.Context(), id); err != nil {
+	err := a.o.Producer.Cancel(r.Context(), id)
+	a.audit(r, "cancel", id, err)
+	if err != nil {
 		a.fail(w, err)
 		return
 	}
@@ -483,6 +502,7 @@ func (a *API) reschedule(w http.ResponseWriter, r *http.Request) {
 	default:
 		due, err = a.o.Producer.Reschedule(r.Context(), id, time.UnixMilli(*req.AtMs))
 	}
+	a.audit(r, "reschedule", id, err)
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -589,6 +609,7 @@ func (a *API) setShards(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from, err := a.o.SetShards(r.Context(), req.M, req.Expect)
+	a.audit(r, "set shards", fmt.Sprintf("M %d (expected %d)", req.M, req.Expect), err)
 	switch {
 	case errors.Is(err, ErrShardsStatic):
 		problem(w, http.StatusConflict, "M cannot be set here", err.Error(), "m")
@@ -621,7 +642,7 @@ type DeadPage struct {
 func (a *API) ReadDead(ctx context.Context, after string, limit int) (DeadPage, error) {
 	cur, err := shard.ParseDeadCursor(after)
 	if err != nil {
-		return DeadPage{}, err
+		return DeadPage{}, &shard.InvalidError{Field: "after", Reason: err.Error()}
 	}
 	n, err := a.o.Shards(ctx)
 	if err != nil {
@@ -660,19 +681,21 @@ func (a *API) deadList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) redriveOne(w http.ResponseWriter, r *http.Request) {
-	a.deadOne(w, r, a.o.Producer.Redrive)
+	a.deadOne(w, r, "redrive", a.o.Producer.Redrive)
 }
 
 func (a *API) purgeOne(w http.ResponseWriter, r *http.Request) {
-	a.deadOne(w, r, a.o.Producer.Purge)
+	a.deadOne(w, r, "purge", a.o.Producer.Purge)
 }
 
-func (a *API) deadOne(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+func (a *API) deadOne(w http.ResponseWriter, r *http.Request, action string, op func(context.Context, string) error) {
 	id, ok := pathID(w, r)
 	if !ok {
 		return
 	}
-	if err := op(r.Context(), id); err != nil {
+	err := op(r.Context(), id)
+	a.audit(r, action, id, err)
+	if err != nil {
 		a.fail(w, err)
 		return
 	}
@@ -680,16 +703,16 @@ func (a *API) deadOne(w http.ResponseWriter, r *http.Request, op func(context.Co
 }
 
 func (a *API) redriveMany(w http.ResponseWriter, r *http.Request) {
-	a.deadMany(w, r, a.o.Producer.Redrive)
+	a.deadMany(w, r, "redrive", a.o.Producer.Redrive)
 }
 
 func (a *API) purgeMany(w http.ResponseWriter, r *http.Request) {
-	a.deadMany(w, r, a.o.Producer.Purge)
+	a.deadMany(w, r, "purge", a.o.Producer.Purge)
 }
 
 // deadMany redrives or purges {"ids": [...]} or {"all": true} (the
 // oldest MaxSelection dead messages; the answer says how many are left).
-func (a *API) deadMany(w http.ResponseWriter, r *http.Request, op func(context.Context, string) error) {
+func (a *API) deadMany(w http.ResponseWriter, r *http.Request, action string, op func(context.Context, string) error) {
 	b := readBody(w, r, 64<<10+int64(MaxSelection)*(shard.MaxIDLen+8))
 	if b == nil {
 		return
@@ -734,10 +757,16 @@ func (a *API) deadMany(w http.ResponseWriter, r *http.Request, op func(context.C
 		case errors.Is(err, shard.ErrNotFound):
 			missing++
 		default:
+			a.audit(r, action, fmt.Sprintf("%d dead messages", len(req.IDs)), fmt.Errorf("%d done, then %s: %w", done, id, err))
 			a.fail(w, err)
 			return
 		}
 	}
+	target := fmt.Sprintf("%d ids", len(req.IDs))
+	if req.All {
+		target = fmt.Sprintf("all (the oldest %d)", len(req.IDs))
+	}
+	a.audit(r, action, fmt.Sprintf("%s: %d done, %d not dead", target, done, missing), nil)
 	out := map[string]int{"done": done, "not_dead": missing}
 	if req.All {
 		// How many remain (the caller repeats while some do). The work is

@@ -15,6 +15,13 @@
 //   - Access: a bearer token (Tokens: read or admin), compared in constant
 //     time, never logged. Without tokens every request is an admin's; the
 //     caller must then listen on loopback only (delayq serve does).
+//   - Guard, which serve puts in front of the API and the console, refuses
+//     what a web page could make a browser send: a Host that is a name the
+//     server does not answer to (DNS rebinding), a state-changing request
+//     from another site (Origin, Sec-Fetch-Site).
+//   - Every change (cancel, reschedule, redrive, purge, M) is logged as one
+//     "audit" line naming the token's holder (Tokens), never the token.
+//     Answers are sent with Cache-Control: no-store.
 //   - Bad input is a 4xx application/problem+json naming the field, and
 //     nothing is written: malformed JSON, unknown fields, a wrong content
 //     type (415), an oversized body (413), invalid ids.
