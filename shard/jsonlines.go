@@ -258,11 +258,16 @@ func jsonError(err error) error {
 		if field == "" {
 			return fmt.Errorf("invalid JSON: want an object, got %s", article(te.Value))
 		}
-		return fmt.Errorf("%s: want %s, got %s", field, want, article(te.Value))
+		return invalid(field, "want %s, got %s", want, article(te.Value))
 	case errors.As(err, &se):
 		return fmt.Errorf("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return errors.New("invalid JSON: the object is not closed")
+	}
+	// encoding/json says so only in words: json: unknown field "colour".
+	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		name = strings.TrimSuffix(name, `"`)
+		return invalid(name, "unknown field %q: not part of a message (see the JSON lines form in the README)", name)
 	}
 	return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 }

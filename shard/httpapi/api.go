@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -222,7 +223,16 @@ func decodeStrict(w http.ResponseWriter, b []byte, v any) bool {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		problem(w, http.StatusBadRequest, "invalid JSON", strings.TrimPrefix(err.Error(), "json: "), "")
+		detail := strings.TrimPrefix(err.Error(), "json: ")
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			detail = fmt.Sprintf("want a JSON %s, got a %s", jsonKind(te.Type.Kind()), te.Value)
+		}
+		if f := jsonField(err); f != "" {
+			problem(w, http.StatusBadRequest, "invalid "+f, detail, f)
+			return false
+		}
+		problem(w, http.StatusBadRequest, "invalid JSON", detail, "")
 		return false
 	}
 	if dec.More() {
@@ -230,6 +240,34 @@ func decodeStrict(w http.ResponseWriter, b []byte, v any) bool {
 		return false
 	}
 	return true
+}
+
+// jsonField names the member a decoding error is about: one of the wrong
+// type, or an unknown one; "" when the error is the JSON's as a whole.
+func jsonField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		return strings.TrimSuffix(name, `"`)
+	}
+	return ""
+}
+
+// jsonKind says what JSON a Go kind decodes from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return "number"
 }
 
 // messageLimit is the largest body of a request holding one message.
@@ -291,6 +329,9 @@ func DecodeBatch(b []byte) (msgs []shard.Message, index []int, items []BatchItem
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if f := jsonField(err); f != "" {
+			return nil, nil, nil, &shard.InvalidError{Field: f, Reason: strings.TrimPrefix(err.Error(), "json: ")}
+		}
 		return nil, nil, nil, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
@@ -303,7 +344,12 @@ func DecodeBatch(b []byte) (msgs []shard.Message, index []int, items []BatchItem
 	for i, raw := range req.Messages {
 		m, err := shard.ParseLine(raw)
 		if err != nil {
-			items[i] = BatchItem{ID: m.ID, Status: "invalid", Error: err.Error()}
+			// The id, if it can be read at all, says which message it was.
+			var probe struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(raw, &probe) // best effort: the error is err
+			items[i] = BatchItem{ID: probe.ID, Status: "invalid", Error: err.Error()}
 			var ie *shard.InvalidError
 			if errors.As(err, &ie) {
 				items[i].Field = ie.Field
@@ -322,7 +368,12 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	msgs, index, items, err := DecodeBatch(b)
 	if err != nil {
-		problem(w, http.StatusBadRequest, "invalid batch", err.Error(), "messages")
+		field := "messages"
+		var ie *shard.InvalidError
+		if errors.As(err, &ie) {
+			field = ie.Field
+		}
+		problem(w, http.StatusBadRequest, "invalid batch", err.Error(), field)
 		return
 	}
 	if len(msgs) > 0 {
@@ -503,6 +554,11 @@ func (a *API) reschedule(w http.ResponseWriter, r *http.Request) {
 		due, err = a.o.Producer.Reschedule(r.Context(), id, time.UnixMilli(*req.AtMs))
 	}
 	a.audit(r, "reschedule", id, err)
+	var ie *shard.InvalidError
+	if errors.As(err, &ie) && (ie.Field == "at" || ie.Field == "delay") {
+		// The SDK's names; this request's are at_ms and delay_ms.
+		err = &shard.InvalidError{Field: ie.Field + "_ms", Reason: ie.Reason}
+	}
 	if err != nil {
 		a.fail(w, err)
 		return

@@ -149,7 +149,13 @@ func TestBadRequests(t *testing.T) {
 		{"read token writes", "POST", "/v1/messages", readToken, js, `{"id":"x","topic":"t","delay_ms":1}`, 403, ""},
 		{"wrong content type", "POST", "/v1/messages", adminToken, "text/plain", `{"id":"x","topic":"t","delay_ms":1}`, 415, ""},
 		{"malformed JSON", "POST", "/v1/messages", adminToken, js, `{"id":"x",`, 400, ""},
-		{"unknown field", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t","delay_ms":1,"colour":"red"}`, 400, ""},
+		{"unknown field", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t","delay_ms":1,"colour":"red"}`, 400, "colour"},
+		{"delay of the wrong type", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t","delay_ms":"soon"}`, 400, "delay_ms"},
+		{"reschedule at_ms too early", "POST", "/v1/messages/x/reschedule", adminToken, js, `{"at_ms":1}`, 400, "at_ms"},
+		{"reschedule of the wrong type", "POST", "/v1/messages/x/reschedule", adminToken, js, `{"delay_ms":"soon"}`, 400, "delay_ms"},
+		{"reschedule unknown field", "POST", "/v1/messages/x/reschedule", adminToken, js, `{"delay":5}`, 400, "delay"},
+		{"batch unknown member", "POST", "/v1/messages/batch", adminToken, js, `{"messages":[],"colour":1}`, 400, "colour"},
+		{"bad dead cursor", "GET", "/v1/dead?after=not-a-cursor", readToken, "", "", 400, "after"},
 		{"invalid id", "POST", "/v1/messages", adminToken, js, `{"id":"a\u0001b","topic":"t","delay_ms":1}`, 400, "id"},
 		{"no delay", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t"}`, 400, "delay_ms"},
 		{"body over the limit", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t","delay_ms":1,"body":"` + strings.Repeat("b", 1001) + `"}`, 400, "body"},
@@ -192,6 +198,15 @@ func TestBatchResultsPerItem(t *testing.T) {
 	}
 	if item := res[2].(map[string]any); item["field"] != "delay_ms" {
 		t.Errorf("invalid item names %v, want delay_ms", item["field"])
+	}
+	// Members of the wrong type or unknown: each item names its field and id.
+	_, v = f.do("POST", "/v1/messages/batch", adminToken, js, `{"messages":[`+
+		`{"id":"c1","topic":"t","delay_ms":"soon"},{"id":"c2","topic":"t","delay_ms":1,"colour":"red"}]}`)
+	res, _ = v["results"].([]any)
+	for i, want := range [][2]string{{"c1", "delay_ms"}, {"c2", "colour"}} {
+		if item := res[i].(map[string]any); item["status"] != "invalid" || item["id"] != want[0] || item["field"] != want[1] {
+			t.Errorf("item %d: %v, want invalid %s naming %s", i, item, want[0], want[1])
+		}
 	}
 }
 
