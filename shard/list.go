@@ -29,6 +29,119 @@ type ListCursor struct {
 // maxListPage bounds one list script call.
 const maxListPage = 1000
 
+// BrowseQuery selects the scheduled messages of a paged listing (delayq
+// list, the console's scheduled page).
+type BrowseQuery struct {
+	Shard         int // only this shard; -1: every shard, in turn
+	Topic, Prefix string
+	// From and To bound the due time (zero: open). Messages are in due
+	// order within a shard, so From starts each shard's walk there and To
+	// ends it.
+	From, To time.Time
+	After    BrowseCursor // where the last page ended; zero: the start
+	Limit    int          // messages on a page, 1 to 10,000
+	// MaxScan bounds the entries a page reads (filters may match few):
+	// the page then ends early with a cursor to go on from. 0: no bound.
+	MaxScan int
+}
+
+// BrowseCursor is where a listing goes on: after entry After of Shard.
+type BrowseCursor struct {
+	Shard int
+	After ListCursor
+}
+
+// String is the cursor as people pass it back: "<shard>:<due ms>:<id>".
+func (c BrowseCursor) String() string {
+	return fmt.Sprintf("%d:%d:%s", c.Shard, c.After.DueMs, c.After.ID)
+}
+
+// ParseBrowseCursor reads BrowseCursor.String ("" is the start).
+func ParseBrowseCursor(s string) (BrowseCursor, error) {
+	if s == "" {
+		return BrowseCursor{}, nil
+	}
+	f := strings.SplitN(s, ":", 3) // the id may hold colons
+	bad := fmt.Errorf("%q: want <shard>:<due ms>:<id> as a previous page gave it", s)
+	if len(f) != 3 {
+		return BrowseCursor{}, bad
+	}
+	i, err1 := strconv.Atoi(f[0])
+	due, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || i < 0 || due < 0 {
+		return BrowseCursor{}, bad
+	}
+	return BrowseCursor{Shard: i, After: ListCursor{ID: f[2], DueMs: due}}, nil
+}
+
+// Browse returns a page of the scheduled messages of shards [0, shards)
+// that q selects, shard after shard, each in due order, and the cursor of
+// the next page (nil at the end). It reads pages of at most 500 entries
+// (List) and, with q.MaxScan, no more than that many entries in all.
+func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []Listed, next *BrowseCursor, err error) {
+	if q.Limit < 1 || q.Limit > 10000 {
+		return nil, nil, invalid("limit", "%d: want 1 to 10000", q.Limit)
+	}
+	from, to := q.After.Shard, shards
+	if q.Shard >= 0 {
+		if q.Shard >= shards {
+			return nil, nil, invalid("shard", "%d: the namespace has shards 0 to %d", q.Shard, shards-1)
+		}
+		from, to = max(from, q.Shard), q.Shard+1
+	}
+	scanned := 0
+	for i := from; i < to; i++ {
+		after := q.After.After
+		if i > q.After.Shard || after == (ListCursor{}) {
+			after = ListCursor{}
+			if !q.From.IsZero() {
+				after.DueMs = q.From.UnixMilli()
+			}
+		}
+		for {
+			n := 500
+			if q.MaxScan > 0 {
+				if scanned >= q.MaxScan {
+					return page, &BrowseCursor{Shard: i, After: after}, nil
+				}
+				n = min(n, q.MaxScan-scanned)
+			}
+			entries, cur, more, err := s.List(ctx, i, after, n)
+			if err != nil {
+				return page, nil, err
+			}
+			scanned += len(entries)
+			for j := range entries {
+				l := &entries[j]
+				if !q.To.IsZero() && l.Due.After(q.To) {
+					more = false // due order: the rest of the shard is later
+					break
+				}
+				if len(page) == q.Limit {
+					return page, &BrowseCursor{Shard: i, After: after}, nil
+				}
+				after = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+				if q.matches(l) {
+					page = append(page, *l)
+				}
+			}
+			if !more {
+				break
+			}
+			after = cur
+		}
+	}
+	return page, nil, nil
+}
+
+// matches reports whether l passes the topic and prefix filters.
+func (q *BrowseQuery) matches(l *Listed) bool {
+	if q.Prefix != "" && !strings.HasPrefix(l.ID, q.Prefix) {
+		return false
+	}
+	return q.Topic == "" || l.Envelope != nil && l.Envelope.Topic == q.Topic
+}
+
 // List returns up to n (at most 1000) scheduled messages of shard i in due
 // order, starting after the cursor, and the cursor of the next page; more
 // is false when the shard has nothing after this page. Each call is one

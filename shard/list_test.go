@@ -154,3 +154,68 @@ func TestClearShardByTopic(t *testing.T) {
 		t.Errorf("after clear: %+v, want 600 scheduled (keep), 1 in flight", st[0])
 	}
 }
+
+// TestBrowseFiltersAndBounds: a listing over every shard pages by a
+// cursor that names the shard, filters by topic, prefix and due window,
+// and with MaxScan reads no more than that many entries per page (a
+// filter that matches little ends the page early, with a cursor).
+func TestBrowseFiltersAndBounds(t *testing.T) {
+	b := setup(t, 3)
+	base := time.Now().Add(time.Hour)
+	for i := range 60 {
+		topic := "a"
+		if i%3 == 0 {
+			topic = "b"
+		}
+		m := shard.Message{ID: fmt.Sprintf("id-%02d", i), Topic: topic, At: base.Add(time.Duration(i) * time.Second)}
+		if _, err := b.prod.Enqueue(b.ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	walk := func(q shard.BrowseQuery) (ids []string, pages int) {
+		for {
+			page, next, err := b.store.Browse(b.ctx, b.m, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			for _, l := range page {
+				ids = append(ids, l.ID)
+			}
+			if next == nil {
+				return ids, pages
+			}
+			c, err := shard.ParseBrowseCursor(next.String())
+			if err != nil || c != *next {
+				t.Fatalf("cursor %q does not read back: %v", next, err)
+			}
+			q.After = c
+		}
+	}
+	if ids, pages := walk(shard.BrowseQuery{Shard: -1, Limit: 7}); len(ids) != 60 || pages != 9 {
+		t.Errorf("all: %d ids in %d pages, want 60 in 9", len(ids), pages)
+	}
+	if ids, _ := walk(shard.BrowseQuery{Shard: -1, Topic: "b", Limit: 100}); len(ids) != 20 {
+		t.Errorf("topic b: %d ids, want 20", len(ids))
+	}
+	if ids, _ := walk(shard.BrowseQuery{Shard: -1, Prefix: "id-1", Limit: 100}); len(ids) != 10 {
+		t.Errorf("prefix id-1: %d ids, want 10", len(ids))
+	}
+	window, _ := walk(shard.BrowseQuery{Shard: -1, From: base.Add(10 * time.Second), To: base.Add(19 * time.Second), Limit: 100})
+	slices.Sort(window)
+	if len(window) != 10 || window[0] != "id-10" || window[9] != "id-19" {
+		t.Errorf("due window: %v, want id-10 to id-19", window)
+	}
+	// At most 5 entries read per page: a prefix that matches one id
+	// takes pages that end early, and still finds it.
+	page, next, err := b.store.Browse(b.ctx, b.m, shard.BrowseQuery{Shard: -1, Prefix: "id-59", Limit: 10, MaxScan: 5})
+	if err != nil || len(page) > 1 || next == nil {
+		t.Fatalf("bounded page: %d ids, next %v, %v", len(page), next, err)
+	}
+	if ids, pages := walk(shard.BrowseQuery{Shard: -1, Prefix: "id-59", Limit: 10, MaxScan: 5}); len(ids) != 1 || pages < 12 {
+		t.Errorf("bounded walk: %v in %d pages, want id-59 in at least 12", ids, pages)
+	}
+	if _, _, err := b.store.Browse(b.ctx, b.m, shard.BrowseQuery{Shard: 3, Limit: 10}); !errors.Is(err, shard.ErrInvalid) {
+		t.Errorf("shard out of range: %v", err)
+	}
+}

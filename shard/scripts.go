@@ -663,8 +663,9 @@ return {1, due}
 // listScript reads one page of a shard's scheduled messages, in due order.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] attempts HASH
-//	ARGV[1] "" to start at the earliest, else the id the last page ended with
-//	ARGV[2] that id's due ms   ARGV[3] n, the page size (at most maxListPage)
+//	ARGV[1] the id the last page ended with, or ""
+//	ARGV[2] that id's due ms (with no id: start at the first entry due at
+//	or after it; 0: at the earliest)   ARGV[3] n, the page size (at most maxListPage)
 //
 // A page starts just after the last page's id when it is still scheduled
 // at that time (ZRANK), else at the first entry due at or after that time
@@ -675,8 +676,8 @@ return {1, due}
 var listScript = redis.NewScript(`
 local n = tonumber(ARGV[3])
 local start = 0
-if ARGV[1] ~= '' then
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if ARGV[1] ~= '' or tonumber(ARGV[2]) > 0 then
+  local s = ARGV[1] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[1])
   if s and tonumber(s) == tonumber(ARGV[2]) then
     start = redis.call('ZRANK', KEYS[1], ARGV[1]) + 1
   else

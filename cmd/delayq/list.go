@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -52,14 +51,6 @@ type listView struct {
 	Corrupt    string `json:"corrupt,omitempty"`
 }
 
-// matches reports whether l passes the topic and prefix filters.
-func (o *listFlags) matches(l *shard.Listed) bool {
-	if o.prefix != "" && !strings.HasPrefix(l.ID, o.prefix) {
-		return false
-	}
-	return o.topic == "" || l.Envelope != nil && l.Envelope.Topic == o.topic
-}
-
 // runList: delayq list [--shard N] [--topic T] [--prefix P] [--limit N] [--after CURSOR] [--json]
 // pages through the scheduled messages, shard after shard, each in due
 // order; every Redis call reads one page of at most 500.
@@ -76,7 +67,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "delayq list: --limit %d: want 1 to 10000\n", o.limit)
 		return exitUsage
 	}
-	from, after, err := parseListCursor(o.after)
+	after, err := shard.ParseBrowseCursor(o.after)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "delayq list: --after: %v\n", err)
 		return exitUsage
@@ -90,43 +81,23 @@ func runList(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("list", err)
 	}
-	to := n
-	if o.shard >= 0 {
-		if o.shard >= n {
-			fmt.Fprintf(e.stderr, "delayq list: --shard %d: the namespace has shards 0 to %d\n", o.shard, n-1)
-			return exitUsage
-		}
-		from, to = max(from, o.shard), o.shard+1
+	page, cur, err := st.Browse(ctx, n, shard.BrowseQuery{Shard: o.shard, Topic: o.topic, Prefix: o.prefix,
+		After: after, Limit: o.limit})
+	var ie *shard.InvalidError
+	if errors.As(err, &ie) {
+		fmt.Fprintf(e.stderr, "delayq list: --%s %s\n", ie.Field, ie.Reason)
+		return exitUsage
 	}
-	var views []listView
+	if err != nil {
+		return e.fail("list", err)
+	}
+	views := make([]listView, len(page))
+	for i := range page {
+		views[i] = viewOf(&page[i])
+	}
 	next := ""
-walk:
-	for i := from; i < to; i++ {
-		if i > from {
-			after = shard.ListCursor{}
-		}
-		for {
-			page, cur, more, err := st.List(ctx, i, after, 500)
-			if err != nil {
-				return e.fail("list", err)
-			}
-			for j := range page {
-				l := &page[j]
-				if !o.matches(l) {
-					continue
-				}
-				if len(views) == o.limit {
-					next = formatListCursor(i, after)
-					break walk
-				}
-				views = append(views, viewOf(l))
-				after = shard.ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
-			}
-			if !more {
-				break
-			}
-			after = cur
-		}
+	if cur != nil {
+		next = cur.String()
 	}
 	if o.json {
 		return writeJSON(e, struct {
@@ -163,25 +134,4 @@ func viewOf(l *shard.Listed) listView {
 		v.Corrupt = l.Corrupt.Error()
 	}
 	return v
-}
-
-// A list cursor is "<shard>:<due ms>:<id>" (the id may hold colons).
-func formatListCursor(i int, c shard.ListCursor) string {
-	return fmt.Sprintf("%d:%d:%s", i, c.DueMs, c.ID)
-}
-
-func parseListCursor(s string) (int, shard.ListCursor, error) {
-	if s == "" {
-		return 0, shard.ListCursor{}, nil
-	}
-	f := strings.SplitN(s, ":", 3)
-	if len(f) != 3 {
-		return 0, shard.ListCursor{}, fmt.Errorf("%q: want <shard>:<due ms>:<id> as printed by a previous page", s)
-	}
-	i, err1 := strconv.Atoi(f[0])
-	due, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || i < 0 {
-		return 0, shard.ListCursor{}, fmt.Errorf("%q: want <shard>:<due ms>:<id> as printed by a previous page", s)
-	}
-	return i, shard.ListCursor{ID: f[2], DueMs: due}, nil
 }
