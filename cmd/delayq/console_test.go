@@ -119,6 +119,12 @@ func TestConsoleInABrowser(t *testing.T) {
 		"--header", "tenant=acme", "--body", `{"order":42}`); code != 0 {
 		t.Fatal(e)
 	}
+	// A SHA-256 idempotency key as id, with headers of several types.
+	long := strings.Repeat("0123456789abcdef", 4)
+	if _, e, code := w.delayq(`{"id":"`+long+`","topic":"order.cancel","delay_ms":7200000,"headers":`+
+		`{"n":{"$int8":-1},"s":"12","i":12,"b":{"$bytes":"AAE="},"v":null}}`+"\n", "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
 	shardtest.WaitFor(t, 20*time.Second, func() bool {
 		out, _, _ := w.delayq("", "dead", "list")
 		return strings.Contains(out, "lost-1") && strings.Contains(out, "lost-2")
@@ -149,11 +155,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	if msg := text("error"); !strings.Contains(msg, "not accepted") {
 		t.Errorf("a bad token says %q", msg)
 	}
-	// Sign in; the overview counts 2 dead and 1 scheduled.
+	// Sign in; the overview counts 2 dead and 2 scheduled.
 	do(chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
 		chromedp.WaitVisible(chromedp.ID("totals")))
-	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "2" || scheduled != "1" {
-		t.Errorf("overview: dead %q scheduled %q, want 2 and 1", dead, scheduled)
+	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "2" || scheduled != "2" {
+		t.Errorf("overview: dead %q scheduled %q, want 2 and 2", dead, scheduled)
 	}
 	t.Logf("screenshot: %s", screenshot("console-overview.png"))
 	// Find a message by id.
@@ -171,15 +177,41 @@ func TestConsoleInABrowser(t *testing.T) {
 	do(chromedp.Click(chromedp.CSS(`input[value="lost-1"]`)), chromedp.Click(chromedp.ID("redrive-selected")),
 		chromedp.WaitVisible(chromedp.ID("confirm")), chromedp.Click(chromedp.ID("confirm")),
 		chromedp.WaitVisible(chromedp.ID("done")))
-	if done, total := text("done"), text("dead-total"); done != "1 redriven" || total != "1 in all" {
+	if done, total := text("done"), text("dead-total"); done != "1 message redriven" || total != "1 in all" {
 		t.Errorf("after the redrive: %q, %q", done, total)
 	}
 	if out, _, _ := w.delayq("", "inspect", "lost-1"); !strings.Contains(out, "scheduled") {
 		t.Errorf("lost-1 after the redrive:\n%s", out)
 	}
 	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("totals")))
-	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "1" || scheduled != "2" {
-		t.Errorf("overview after the redrive: dead %q scheduled %q, want 1 and 2", dead, scheduled)
+	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "1" || scheduled != "3" {
+		t.Errorf("overview after the redrive: dead %q scheduled %q, want 1 and 3", dead, scheduled)
+	}
+	// Browse the scheduled messages by id prefix; open the long one: each
+	// header shows its type (the string "12" is not the integer 12).
+	do(chromedp.Click(chromedp.ID("nav-scheduled")), chromedp.WaitVisible(chromedp.ID("filters")),
+		chromedp.SendKeys(chromedp.ID("prefix"), long[:10]), chromedp.Click(chromedp.ID("browse")),
+		chromedp.WaitVisible(chromedp.CSS(`input#prefix[value="`+long[:10]+`"]`)), // the filtered page, not the last one
+		chromedp.WaitVisible(chromedp.ID("scheduled")))
+	if rows := text("scheduled"); !strings.Contains(rows, long) || strings.Contains(rows, "order-42-cancel") || !strings.Contains(rows, "in 1 h 59 m") {
+		t.Errorf("scheduled page filtered by prefix:\n%s", rows)
+	}
+	screenshot("console-scheduled.png")
+	do(chromedp.Click(chromedp.CSS(`#scheduled a`)), chromedp.WaitVisible(chromedp.ID("message")))
+	page := text("message")
+	for _, want := range []string{"header n\t-1 int8", "header s\t\"12\" string", "header i\t12 int32", "header b\t0x0001 bytes (2)", "header v\tvoid (null)", "local"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("message page lacks %q:\n%s", want, page)
+		}
+	}
+	// Cancel asks first.
+	do(chromedp.Click(chromedp.ID("cancel")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	if q := text("question"); q != "Cancel "+long+"?" {
+		t.Errorf("the cancel asks %q", q)
+	}
+	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("done")))
+	if out, _, _ := w.delayq("", "inspect", long); !strings.Contains(out, "unknown") {
+		t.Errorf("%s after the cancel:\n%s", long, out)
 	}
 	// A read token sees the dead list but has no buttons to change it.
 	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
@@ -193,7 +225,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// On a phone's screen every page fits its width (wide tables scroll
 	// inside their box).
 	do(chromedp.EmulateViewport(390, 844))
-	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead"} {
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/messages?id=lost-1"} {
 		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		must(t, err)

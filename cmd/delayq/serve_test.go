@@ -101,7 +101,7 @@ func TestServeInstancesShareSessions(t *testing.T) {
 	}
 	// A form from A, sent to B.
 	tok := formToken(t, cl, a+"/messages?id=m1")
-	if code, page := send(t, cl, "POST", b+"/messages/cancel", url.Values{"id": {"m1"}, "csrf": {tok}}); code != 200 || !strings.Contains(page, "cancelled m1") {
+	if code, page := send(t, cl, "POST", b+"/messages/cancel", url.Values{"id": {"m1"}, "csrf": {tok}, "confirm": {"yes"}}); code != 200 || !strings.Contains(page, "cancelled m1") {
 		t.Fatalf("A's form posted to B: %d\n%s", code, page)
 	}
 	if code, _ := send(t, cl, "POST", b+"/logout", url.Values{}); code != 403 {

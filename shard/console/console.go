@@ -86,6 +86,9 @@ func New(o Options) (*Console, error) {
 		"dur": func(sec float64) string {
 			return (time.Duration(sec * float64(time.Second))).Round(time.Millisecond).String()
 		},
+		"when":   func(t any) timeView { return timeOf(t, "ago") },
+		"due":    func(t any) timeView { return timeOf(t, "overdue") },
+		"plural": plural,
 	}).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console templates: %w", err)
@@ -108,6 +111,7 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("GET /{$}", c.page(httpapi.RoleRead, c.overview))
 	c.mux.HandleFunc("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
 	c.mux.HandleFunc("GET /messages", c.page(httpapi.RoleRead, c.message))
+	c.mux.HandleFunc("GET /scheduled", c.page(httpapi.RoleRead, c.scheduled))
 	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleAdmin, c.cancel))
 	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleAdmin, c.reschedule))
 	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
@@ -341,6 +345,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
 			data["Error"] = fmt.Sprintf("%q is not scheduled, in flight or dead (never enqueued, delivered or cancelled).", id)
 		} else {
 			data["M"] = httpapi.MessageOf(info)
+			data["Headers"] = headerRows(info.Envelope)
 		}
 	}
 	c.render(w, http.StatusOK, "message.html", data)
@@ -348,6 +353,13 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
 
 func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PostFormValue("id")
+	if r.PostFormValue("confirm") != "yes" {
+		c.render(w, http.StatusOK, "confirm.html", map[string]any{"S": s, "Title": "Confirm", "Nav": "messages",
+			"Question": "Cancel " + id + "?", "Explain": "A cancelled message is deleted and never delivered.",
+			"Post": "/messages/cancel", "Back": "/messages?id=" + url.QueryEscape(id), "Verb": "cancel", "Danger": true,
+			"Fields": map[string][]string{"id": {id}}})
+		return
+	}
 	err := c.o.Producer.Cancel(r.Context(), id)
 	c.audit(s, "cancel", id, err)
 	if err != nil {
@@ -414,8 +426,18 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	if r.PostFormValue("confirm") != "yes" {
+		what := plural(len(ids), "message")
+		fields := map[string][]string{"action": {action}, "id": ids}
+		if all {
+			what, fields["all"] = "all dead messages (the oldest 1,000 at a time)", []string{"1"}
+		}
+		explain := "Redriven messages are scheduled again, due now."
+		if action == "purge" {
+			explain = "Purged messages are deleted for good."
+		}
 		c.render(w, http.StatusOK, "confirm.html", map[string]any{"S": s, "Title": "Confirm", "Nav": "dead",
-			"Action": action, "All": all, "IDs": ids})
+			"Question": strings.ToUpper(action[:1]) + action[1:] + " " + what + "?", "Explain": explain, "IDs": ids,
+			"List": !all, "Post": "/dead", "Back": "/dead", "Verb": action, "Danger": action == "purge", "Fields": fields})
 		return
 	}
 	if all {
@@ -445,7 +467,7 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 	}
 	c.audit(s, action, auditTarget(ids, all), nil)
 	verb := map[string]string{"redrive": "redriven", "purge": "purged"}[action]
-	http.Redirect(w, r, "/dead?done="+url.QueryEscape(fmt.Sprintf("%d %s", done, verb)), http.StatusSeeOther)
+	http.Redirect(w, r, "/dead?done="+url.QueryEscape(plural(done, "message")+" "+verb), http.StatusSeeOther)
 }
 
 func statusOf(err error) int {

@@ -117,8 +117,14 @@ func TestSignInAndCSRF(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no CSRF token in the message page:\n%s", page)
 	}
-	if code, body := post("/messages/cancel", url.Values{"id": {"m1"}, "csrf": {m[1]}}); code != 200 || !strings.Contains(body, "cancelled m1") {
-		t.Errorf("cancel with the CSRF token: %d", code)
+	if code, body := post("/messages/cancel", url.Values{"id": {"m1"}, "csrf": {m[1]}}); code != 200 || !strings.Contains(body, "Cancel m1?") {
+		t.Errorf("cancel asks first: %d\n%s", code, body)
+	}
+	if info, _ := prod.Inspect(ctx, "m1"); info.State != shard.StateScheduled {
+		t.Fatalf("m1 cancelled before the confirmation: %s", info.State)
+	}
+	if code, body := post("/messages/cancel", url.Values{"id": {"m1"}, "csrf": {m[1]}, "confirm": {"yes"}}); code != 200 || !strings.Contains(body, "cancelled m1") {
+		t.Errorf("cancel with the CSRF token, confirmed: %d", code)
 	}
 	if info, _ := prod.Inspect(ctx, "m1"); info.State != shard.StateUnknown {
 		t.Errorf("m1 after the cancel: %s", info.State)

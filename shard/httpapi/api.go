@@ -693,6 +693,16 @@ type DeadPage struct {
 	More bool          `json:"more"`
 }
 
+// Browse lists the scheduled messages q selects over every shard that may
+// hold messages (shard.Store.Browse).
+func (a *API) Browse(ctx context.Context, q shard.BrowseQuery) ([]shard.Listed, *shard.BrowseCursor, error) {
+	n, err := a.o.Shards(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.o.Store.Browse(ctx, n, q)
+}
+
 // ReadDead lists up to limit dead messages after the cursor (""
 // for the oldest), oldest first.
 func (a *API) ReadDead(ctx context.Context, after string, limit int) (DeadPage, error) {
