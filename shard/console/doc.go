@@ -1,7 +1,10 @@
 // Package console is delayq's web console: an overview (shards, the fleet's
-// counts, oldest overdue, refreshed live), a message page (find by id;
-// cancel or reschedule it) and the dead messages (with their reasons;
-// redrive or purge one, a selection or all, after a confirmation).
+// counts, oldest overdue, refreshed live), the scheduled messages (browsed
+// by shard, topic, id prefix and due window, a bounded page at a time), a
+// message page (find by id; headers with their AMQP types; cancel or
+// reschedule it) and the dead messages (with their reasons; redrive or
+// purge one, a selection or all). Every cancel, redrive and purge asks for
+// a confirmation first.
 //
 // Pages are rendered on the server (html/template, files embedded in the
 // binary): no CDN, no build step, a few lines of JavaScript only to
