@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +12,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
@@ -66,6 +74,55 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, url: ts.URL, st: st, prod: prod}
 }
 
+// contract is the served OpenAPI document, loaded and checked once, and a
+// router over it: every response a test gets is validated against it.
+var contract struct {
+	once   sync.Once
+	router routers.Router
+	err    error
+}
+
+// checkContract validates a response to req against the OpenAPI document
+// the API serves: a status the document lists for the operation, and a
+// body that matches that status's schema and content type.
+func (f *fixture) checkContract(req *http.Request, status int, header http.Header, body []byte) {
+	f.t.Helper()
+	contract.once.Do(func() {
+		resp, err := http.Get(f.url + "/v1/openapi.json")
+		if err != nil {
+			contract.err = err
+			return
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		doc, err := openapi3.NewLoader().LoadFromData(raw)
+		if err != nil {
+			contract.err = fmt.Errorf("load the OpenAPI document: %w", err)
+			return
+		}
+		contract.router, contract.err = legacy.NewRouter(doc) // validates the document too
+	})
+	if contract.err != nil {
+		f.t.Fatalf("OpenAPI document: %v", contract.err)
+	}
+	route, params, err := contract.router.FindRoute(req)
+	if err != nil {
+		if status == http.StatusNotFound {
+			return // no such endpoint: not in the document, by definition
+		}
+		f.t.Fatalf("%s %s is not in the OpenAPI document: %v", req.Method, req.URL.Path, err)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 status, Header: header, Body: io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true,
+			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		f.t.Errorf("%s %s answered %d, which the OpenAPI document does not allow: %v\n%s", req.Method, req.URL.Path, status, err, body)
+	}
+}
+
 // do sends a request and returns the status and the decoded JSON body.
 func (f *fixture) do(method, path, token, contentType, body string) (int, map[string]any) {
 	f.t.Helper()
@@ -85,6 +142,7 @@ func (f *fixture) do(method, path, token, contentType, body string) (int, map[st
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	f.checkContract(req, resp.StatusCode, resp.Header, raw)
 	var v map[string]any
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &v); err != nil {

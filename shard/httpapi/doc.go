@@ -1,8 +1,9 @@
 // Package httpapi is delayq's JSON API under /v1, for services that do not
 // speak AMQP or Go: enqueue (one or a batch), get, cancel and reschedule a
 // message; stats and shards; list, redrive and purge dead messages. The
-// OpenAPI 3 document is served at /v1/openapi.json and checked against the
-// routes by a test.
+// OpenAPI 3 document is served at /v1/openapi.json: every response with its
+// schema, every error as application/problem+json. Tests check it against
+// the routes and validate every response they get against it.
 //
 // It is stateless: every read and write goes through shard.Producer and
 // shard.Store, the same bounded scripts as the CLI; nothing here builds a
