@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -700,13 +703,19 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 		return res, err
 	}
 	defer stop()
-	f, err := b.startFleet(ns, scanners, k, shards)
+	var extra []string
+	if b.c.profileDir != "" {
+		extra = append(extra, "DELAYQ_PPROF=true")
+	}
+	f, err := b.startFleet(ns, scanners, k, shards, extra...)
 	if err != nil {
 		return res, err
 	}
 	defer f.stop()
 	st, _ := shard.NewStore(b.rdb, ns)
 	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
+	var profiles sync.WaitGroup
+	defer profiles.Wait()
 	// Open loop: every 10 ms send what the schedule says should have been
 	// sent by now, whatever the system under test does.
 	start := time.Now()
@@ -726,6 +735,10 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 		if w0.at.at.IsZero() && el >= 5*time.Second {
 			if w0, err = b.workWindow(ctx, f, t); err != nil {
 				break // after the sends under way are done
+			}
+			if b.c.profileDir != "" {
+				name := fmt.Sprintf("steady-k%d-s%d-load%.0f", k, scanners, 100*load)
+				profiles.Go(func() { b.profile(ctx, f, name, b.c.steadyFor-el) })
 			}
 		}
 		want := int(rate * el.Seconds())
@@ -1086,4 +1099,59 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// profile saves, for the next d, each scanner's CPU and block profiles and
+// Redis's command statistics and latency events (over 1 ms) under
+// b.c.profileDir, named after the run. Failures are reported, not fatal:
+// the run's figures stand without them.
+func (b *bench) profile(ctx context.Context, f *fleet, name string, d time.Duration) {
+	secs := max(1, int(d.Seconds()))
+	_ = b.rdb.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
+	_ = b.rdb.Do(ctx, "LATENCY", "RESET").Err()
+	_ = b.rdb.ConfigResetStat(ctx).Err()
+	var wg sync.WaitGroup
+	for i, addr := range f.metrics {
+		for _, kind := range []string{"profile", "block"} {
+			wg.Go(func() {
+				url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs)
+				out := filepath.Join(b.c.profileDir, fmt.Sprintf("%s-p%d-%s.pprof", name, i, map[string]string{"profile": "cpu", "block": "block"}[kind]))
+				if err := download(ctx, url, out); err != nil {
+					fmt.Fprintf(os.Stderr, "profile %s: %v\n", url, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	stats := b.rdb.Info(ctx, "commandstats").Val()
+	lat, _ := b.rdb.Do(ctx, "LATENCY", "LATEST").Slice()
+	text := fmt.Sprintf("# %s over %d s\n%s\n# LATENCY LATEST (event, time, latest ms, max ms)\n%v\n", name, secs, stats, lat)
+	if err := os.WriteFile(filepath.Join(b.c.profileDir, name+"-redis.txt"), []byte(text), 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "profile: %v\n", err)
+	}
+}
+
+// download saves what GET url answers in file.
+func download(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -72,6 +72,7 @@ type Config struct {
 	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	IngressCancelWindow time.Duration `envconfig:"INGRESS_CANCEL_WINDOW" default:"1m" desc:"scan: a cancel over AMQP that finds nothing refuses a message with that id for this long (it may come right behind, through another scanner); 0 = never"`
 	ShutdownTimeout     time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
+	Pprof               bool          `envconfig:"PPROF" default:"false" desc:"scan: also serve Go's profiles under /debug/pprof/ on the metrics listener, with block and mutex profiling on (for finding causes; costs a little CPU)"`
 	MetricsAddr         string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	HTTPAddr            string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
 	HTTPTokensFile      string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'read TOKEN [NAME]' or 'admin TOKEN [NAME]' a line (NAME for the audit log); without it serve listens on loopback only"`

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +39,7 @@ type opsServer struct {
 
 // newOps binds the listener at once (so a taken port is a startup error)
 // and registers the metrics; Serve starts answering.
-func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout balance.Source, pub *publisher.Publisher,
+func newOps(addr string, profiles bool, rdb redis.UniversalClient, st *shard.Store, layout balance.Source, pub *publisher.Publisher,
 	log *zap.Logger) (*opsServer, *scanner.Metrics, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -87,6 +89,17 @@ func newOps(addr string, rdb redis.UniversalClient, st *shard.Store, layout bala
 		}
 		fmt.Fprintf(w, "ready (amqp node %s)\n", nodeHost(pub.Node()))
 	})
+	if profiles {
+		// Block and mutex profiles record nothing unless asked to: every
+		// blocking event over 10 µs, every 10th contended lock.
+		runtime.SetBlockProfileRate(10_000)
+		runtime.SetMutexProfileFraction(10)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s_METRICS_ADDR: %w", envPrefix, err)

@@ -117,7 +117,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	var ops *opsServer
 	var metrics *scanner.Metrics
 	if c.MetricsAddr != "off" {
-		if ops, metrics, err = newOps(c.MetricsAddr, rdb, st, layout, pub, e.log); err != nil {
+		if ops, metrics, err = newOps(c.MetricsAddr, c.Pprof, rdb, st, layout, pub, e.log); err != nil {
 			return startFailed(err)
 		}
 		if err := ps.start(ctx, "ops listener", ops); err != nil {
