@@ -48,6 +48,9 @@ func TestMetricsAndHealth(t *testing.T) {
 	if code, _ := get(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz %d", code)
 	}
+	if code, _ := get(base + "/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ without DELAYQ_PPROF: %d, want 404", code)
+	}
 	in, ids := w.jsonl(200, 500*time.Millisecond, "m")
 	if _, e, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
 		t.Fatal(e)
@@ -128,3 +131,16 @@ func TestNotReadyWithoutBroker(t *testing.T) {
 }
 
 func shardOf(id string, m int) int { return shard.Of(id, m) }
+
+// TestProfilesOnRequest: DELAYQ_PPROF=true serves Go's profiles on the
+// metrics listener, the block profile included.
+func TestProfilesOnRequest(t *testing.T) {
+	w := newWorld(t, 4)
+	p := w.scan("DELAYQ_PPROF=true")
+	base := "http://" + p.metrics
+	shardtest.WaitFor(t, 20*time.Second, func() bool { code, _ := get(base + "/debug/pprof/"); return code == 200 },
+		func() string { return "no /debug/pprof/:\n" + p.log.String() })
+	if code, body := get(base + "/debug/pprof/block?debug=1"); code != 200 || !strings.Contains(body, "cycles/second") {
+		t.Errorf("block profile: %d %.200s", code, body)
+	}
+}
