@@ -27,13 +27,13 @@ import (
 // Both hold in every mode, with or without tokens: without tokens, every
 // local caller is an admin, so they are all that keeps a page out.
 func Guard(allowed []string, log *zap.Logger, next http.Handler) http.Handler {
-	any := false
+	anyHost := false
 	names := map[string]bool{}
 	for _, a := range allowed {
 		a = strings.ToLower(strings.TrimSpace(a))
 		switch {
 		case a == "*":
-			any = true
+			anyHost = true
 		case a != "":
 			names[hostOnly(a)] = true
 		}
@@ -43,7 +43,7 @@ func Guard(allowed []string, log *zap.Logger, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := hostOnly(strings.ToLower(r.Host))
-		if !any && !names[host] && net.ParseIP(host) == nil && host != "localhost" && !strings.HasSuffix(host, ".localhost") {
+		if !anyHost && !names[host] && net.ParseIP(host) == nil && host != "localhost" && !strings.HasSuffix(host, ".localhost") {
 			log.Warn("request refused: Host is not this server's", zap.String("host", r.Host), zap.String("path", r.URL.Path))
 			problem(w, http.StatusMisdirectedRequest, "unknown host",
 				"Host "+r.Host+" is not a name this server answers to (DELAYQ_HTTP_ALLOWED_HOSTS)", "Host")
@@ -56,7 +56,7 @@ func Guard(allowed []string, log *zap.Logger, next http.Handler) http.Handler {
 				refuseCrossSite(w, r, log, "Sec-Fetch-Site: "+site)
 				return
 			}
-			if o := r.Header.Get("Origin"); o != "" && !any && !sameOrigin(o, r, names) {
+			if o := r.Header.Get("Origin"); o != "" && !anyHost && !sameOrigin(o, r, names) {
 				refuseCrossSite(w, r, log, "Origin: "+o)
 				return
 			}
