@@ -156,9 +156,8 @@ type Publisher struct {
 	readyCh chan struct{} // closed while ready
 	closed  bool
 
-	next      int       // index in URLs of the node to try first; under mu
-	node      string    // the redacted URL of the connected node, "" when none; under mu
-	connected time.Time // when conn was established; under mu
+	next int    // index in URLs of the node to try first; under mu
+	node string // the redacted URL of the connected node, "" when none; under mu
 
 	rr     atomic.Uint64
 	exMu   sync.Mutex
@@ -421,7 +420,7 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 		_ = conn.Close()
 		return nil, ErrClosed
 	}
-	p.conn, p.chans, p.connected = conn, chans, connected
+	p.conn, p.chans = conn, chans
 	// After this node is lost, start with the next one.
 	p.node, p.next = Redact(p.opts.URLs[used]), (used+1)%len(p.opts.URLs)
 	p.setStateLocked(true, false)
@@ -542,7 +541,7 @@ func (p *Publisher) openChannel(conn *amqp.Connection, connected time.Time) (*ch
 // resolve closes a channel that nacked.
 func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c *channel) {
 	for {
-		c.resolve(p.log)
+		c.resolve(p.log, func(ch *amqp.Channel) { p.wg.Go(func() { _ = ch.Close() }) })
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
@@ -589,7 +588,11 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c 
 // its outstanding confirms are in, or after retireDrain, so that
 // handleChannel opens a fresh one: a fresh channel is the cure for
 // RabbitMQ's stuck channel, and costs nothing when nacks are rare.
-func (c *channel) resolve(log *zap.Logger) {
+//
+// closeAsync closes a channel on a goroutine of the publisher's: not on
+// this one, since Close waits for the broker while the library's reader
+// may wait for this goroutine to take a return.
+func (c *channel) resolve(log *zap.Logger, closeAsync func(*amqp.Channel)) {
 	c.mu.Lock()
 	returns, confirms, ch := c.returns, c.confirms, c.ch
 	c.mu.Unlock()
@@ -598,9 +601,7 @@ func (c *channel) resolve(log *zap.Logger) {
 	closeChannel := func() {
 		if !closing {
 			closing = true
-			// Not here: Close waits for the broker while the library's
-			// reader may wait for this goroutine to take a return.
-			go func() { _ = ch.Close() }()
+			closeAsync(ch)
 		}
 	}
 	for {
