@@ -25,7 +25,11 @@ type Metrics struct {
 	// messages whose lease had expired first (a duplicate follows).
 	Reaped     prometheus.Counter
 	LostLeases prometheus.Counter
-	Lateness   prometheus.Histogram // confirm time - due time
+	// EmptyClaims counts claims that found nothing due: another goroutine
+	// or scanner process took the head first, or the head this process
+	// knew was stale. Per message, it is the work that wake-ups waste.
+	EmptyClaims prometheus.Counter
+	Lateness    prometheus.Histogram // confirm time - due time
 	// ClaimLateness is the Redis time of the claim minus the due time: how
 	// far behind the fleet is in reaching due messages. Lateness minus
 	// ClaimLateness is what publishing and confirming add.
@@ -58,6 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
 		Reaped:      counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
 		LostLeases:  counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack; a duplicate follows."),
+		EmptyClaims: counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
 		Dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "messages_dead_total",
 			Help: "Messages moved to the dead set, by reason."}, []string{"reason"}),
 		// 1 ms to 1 h.
@@ -74,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Dead,
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.EmptyClaims, m.Dead,
 		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)
 	return m
 }
@@ -89,6 +94,7 @@ func (m *Metrics) counts() Counts {
 	return Counts{
 		Claimed: int64(value(m.Claimed)), Published: int64(value(m.Published)), Redelivered: int64(value(m.Redelivered)),
 		Dead: int64(dead), Released: int64(value(m.Released)), LostLeases: int64(value(m.LostLeases)), Reaped: int64(value(m.Reaped)),
+		EmptyClaims: int64(value(m.EmptyClaims)),
 	}
 }
 

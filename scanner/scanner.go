@@ -152,6 +152,7 @@ type Counts struct {
 	Released    int64 // publish failed; due again after RetryDelay
 	LostLeases  int64 // confirmed, but the lease had expired (a duplicate will follow)
 	Reaped      int64 // expired leases re-queued by this scanner's claims
+	EmptyClaims int64 // claims that found nothing due
 }
 
 // Scanner runs the claim loops of one process.
@@ -457,6 +458,9 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		s.board.observe(i, next, res.NowMs, sent, s.d.Now())
 		s.d.Metrics.Reaped.Add(float64(res.Reaped))
 		if len(res.Msgs) == 0 {
+			if res.Reaped == 0 {
+				s.d.Metrics.EmptyClaims.Inc()
+			}
 			return total, true, nil
 		}
 		for j := range res.Msgs {

@@ -83,13 +83,38 @@ func newFleetWith(t testing.TB, m int, cfg scanner.Config, amqpURL string, wrap 
 	shardtest.Require(t, serverErr)
 	f := &fleet{t: t, ns: shardtest.Namespace(t), m: m, got: map[string][]delivery{}}
 	f.exchange = f.ns
-	rdb := redisSrv.Client(t)
 	var err error
-	if f.store, err = shard.NewStore(rdb, f.ns); err != nil {
+	if f.store, err = shard.NewStore(redisSrv.Client(t), f.ns); err != nil {
 		t.Fatal(err)
 	}
 	f.prod = shard.NewProducer(f.store, balance.Static(m), shard.ProducerOptions{})
 	f.consume(amqpURL)
+	scanStore := f.store
+	if wrap != nil {
+		scanStore = wrap(f.store)
+	}
+	f.scanner, f.pub, f.metrics = startScanner(t, f, cfg, amqpURL, scanStore)
+	return f
+}
+
+// newFleetSharing is a second scanner process (its own publisher, Redis
+// client and metrics) on the namespace and shards of f.
+func newFleetSharing(t testing.TB, f *fleet, cfg scanner.Config) *fleet {
+	t.Helper()
+	g := &fleet{t: t, ns: f.ns, exchange: f.exchange, m: f.m, prod: f.prod}
+	st, err := shard.NewStore(redisSrv.Client(t), f.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.store = st
+	g.scanner, g.pub, g.metrics = startScanner(t, g, cfg, rabbit.URL, st)
+	return g
+}
+
+// startScanner starts a publisher and a scanner on f's namespace with
+// store; both stop when the test ends.
+func startScanner(t testing.TB, f *fleet, cfg scanner.Config, amqpURL string, store *shard.Store) (*scanner.Scanner, *publisher.Publisher, *scanner.Metrics) {
+	t.Helper()
 	log := zaptest.NewLogger(t)
 	// No probation: the tests of refusals need the broker's first nacks
 	// believed (the publisher's own tests cover probation).
@@ -102,31 +127,27 @@ func newFleetWith(t testing.TB, m int, cfg scanner.Config, amqpURL string, wrap 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	f.pub = pub
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
-	f.metrics = scanner.NewMetrics(prometheus.NewRegistry())
-	scanStore := f.store
-	if wrap != nil {
-		scanStore = wrap(f.store)
-	}
-	f.scanner, err = scanner.New(cfg, scanner.Deps{
-		Store: scanStore, Shards: balance.Static(m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(m)),
-		Routes: routes, Publisher: pub, Log: log, Metrics: f.metrics,
+	metrics := scanner.NewMetrics(prometheus.NewRegistry())
+	rdb := redisSrv.Client(t)
+	sc, err := scanner.New(cfg, scanner.Deps{
+		Store: store, Shards: balance.Static(f.m), Cursor: balance.NewCursor(rdb, f.ns, balance.Static(f.m)),
+		Routes: routes, Publisher: pub, Log: log, Metrics: metrics,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.scanner.Start(t.Context()); err != nil {
+	if err := sc.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := f.scanner.Stop(ctx); err != nil {
+		if err := sc.Stop(ctx); err != nil {
 			t.Errorf("stop: %v", err)
 		}
 	})
-	return f
+	return sc, pub, metrics
 }
 
 // consume declares the exchange and a durable queue and records every
@@ -671,4 +692,30 @@ func TestAckNotReplicatedIsNotALostLease(t *testing.T) {
 	if c := f.scanner.Counts(); c.LostLeases != 0 || c.Published != int64(len(ids)) {
 		t.Errorf("counts %+v: want %d published and no lost lease", c, len(ids))
 	}
+}
+
+// TestTwoProcessesCountEmptyClaims: two scanner processes' due boards both
+// learn a shard's head and both hand it to a goroutine when it falls due;
+// one claim takes the message, the other finds nothing and counts it
+// (delayq_claims_empty_total): the waste the benchmark reports per message.
+func TestTwoProcessesCountEmptyClaims(t *testing.T) {
+	t.Parallel()
+	a := newFleet(t, 1, scanner.Config{Goroutines: 2}, rabbit.URL)
+	b := newFleetSharing(t, a, scanner.Config{Goroutines: 2})
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, fmt.Sprintf("m%d", i))
+		if _, err := a.prod.Enqueue(t.Context(), shard.Message{ID: ids[i], Topic: "t", Delay: time.Duration(200+50*i) * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.waitAll(ids, 20*time.Second)
+	ca, cb := a.scanner.Counts(), b.scanner.Counts()
+	if ca.Published+cb.Published != int64(len(ids)) {
+		t.Errorf("published %d + %d, want %d", ca.Published, cb.Published, len(ids))
+	}
+	if ca.EmptyClaims+cb.EmptyClaims == 0 {
+		t.Errorf("no empty claim counted: %+v, %+v", ca, cb)
+	}
+	t.Logf("20 messages due 50 ms apart, one shard, two processes: %d and %d empty claims", ca.EmptyClaims, cb.EmptyClaims)
 }

@@ -644,6 +644,7 @@ type steadyResult struct {
 	// claim script calls per dispatched message.
 	CPU          *cpuUse       `json:"cpu,omitempty"`
 	ClaimsPerMsg float64       `json:"claims_per_msg"`
+	EmptyPerMsg  float64       `json:"empty_claims_per_msg"` // claims that found nothing due, per message
 	Max          time.Duration `json:"lateness_max_ns"`
 	Early        int           `json:"early"`
 	Missing      int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
@@ -678,8 +679,8 @@ func (b *bench) steady(ctx context.Context) error {
 				b.res.Steady = append(b.res.Steady, s)
 				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
 					k, n, 100*load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
-				say("  of which before the claim: p50 <= %s, p99 <= %s; %.2f claims per message; CPU %s",
-					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimsPerMsg, s.CPU)
+				say("  of which before the claim: p50 <= %s, p99 <= %s; %.2f claims per message (%.2f found nothing); CPU %s",
+					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimsPerMsg, s.EmptyPerMsg, s.CPU)
 				b.rdb.FlushAll(ctx)
 			}
 		}
@@ -690,6 +691,7 @@ func (b *bench) steady(ctx context.Context) error {
 const (
 	claimLateness = "delayq_claim_lateness_seconds"
 	claimDuration = "delayq_claim_duration_seconds" // its count: claim calls
+	emptyClaims   = "delayq_claims_empty_total"     // claims that found nothing due
 )
 
 // steadyRun: an open-loop producer enqueues rate msg/s, each due 1-5 s
@@ -773,6 +775,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 		if n := int(w1.delivered - w0.delivered); n > 0 {
 			res.CPU = w1.at.since(w0.at, n)
 			res.ClaimsPerMsg = float64(w1.claims-w0.claims) / float64(n)
+			res.EmptyPerMsg = float64(w1.empty-w0.empty) / float64(n)
 		}
 	}
 	t.waitFor(ctx, sent, 60*time.Second) // past that, what is left is a backlog, reported as such
@@ -943,16 +946,17 @@ func (b *bench) idle(ctx context.Context) error {
 type window struct {
 	at        cpuSample
 	claims    uint64 // claim script calls of the scanners
+	empty     uint64 // of which found nothing due
 	delivered int64  // deliveries the consumer has seen
 }
 
 func (b *bench) workWindow(ctx context.Context, f *fleet, t *tally) (window, error) {
 	w := window{at: b.sampleCPU(f), delivered: t.count.Load()}
-	hs, err := f.scrapeHistograms(ctx, claimDuration)
+	hs, err := f.scrapeHistograms(ctx, claimDuration, emptyClaims)
 	if err != nil {
 		return w, err
 	}
-	w.claims = hs[claimDuration].count
+	w.claims, w.empty = hs[claimDuration].count, hs[emptyClaims].count
 	return w, nil
 }
 

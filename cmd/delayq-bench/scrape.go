@@ -77,6 +77,12 @@ func scrapeOne(ctx context.Context, addr string, names []string, out map[string]
 	}
 	for _, name := range names {
 		fam := families[name]
+		if fam != nil && len(fam.Metric) == 1 && fam.Metric[0].Counter != nil { // a counter: its value as the count
+			h := out[name]
+			h.count += uint64(fam.Metric[0].Counter.GetValue())
+			out[name] = h
+			continue
+		}
 		if fam == nil || len(fam.Metric) != 1 || fam.Metric[0].Histogram == nil {
 			return fmt.Errorf("scrape %s: no histogram %s", addr, name)
 		}
