@@ -161,6 +161,7 @@ type Scanner struct {
 	d     Deps
 	log   *zap.Logger
 	board *dueBoard
+	aff   *affinity // which shards' wake-ups this process takes
 
 	errLog rateLimited
 
@@ -224,7 +225,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 		d.Metrics = NewMetrics(prometheus.NewRegistry()) // counted, not exported
 	}
 	log := d.Log.Named("scanner")
-	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), errLog: rateLimited{log: log, every: 5 * time.Second},
+	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), aff: newAffinity(), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
@@ -261,6 +262,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 	}
 	st, subCtx := life("wake-up notices")
 	st.wg.Go(func() { s.listen(subCtx, sub) })
+	st, memberCtx := life("membership") // leaves at Stop, after the claims stopped
+	st.wg.Go(func() { s.heartbeat(memberCtx) })
 	st, ackCtx := life("acks")
 	st.wg.Go(func() { s.acks.run(ackCtx, workCtx) })
 	// No more publishes once the claim stages ended: the settlers drain
@@ -342,7 +345,7 @@ func (s *Scanner) listen(ctx context.Context, sub *shard.Notices) {
 			s.errLog.warn("bad wake-up notice", err)
 		case err != nil:
 			return // stopping
-		default:
+		case s.aff.owns(n.Shard):
 			s.board.notice(n.Shard, n.DueMs)
 		}
 	}
@@ -455,7 +458,14 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		// falls due, or a lease that expires (a crashed scanner's
 		// messages are due work too).
 		next := res.NextWorkMs()
-		s.board.observe(i, next, res.NowMs, sent, s.d.Now())
+		if s.aff.owns(i) || next >= 0 && next <= res.NowMs {
+			// Its wake-ups are ours; or they are another process's, but
+			// work is due there now (expired leases of a process that
+			// died, a backlog its owner is behind on): help.
+			s.board.observe(i, next, res.NowMs, sent, s.d.Now())
+		} else { // another process takes its future heads; leases are watched everywhere
+			s.board.observe(i, res.LeaseHeadMs, res.NowMs, sent, s.d.Now())
+		}
 		s.d.Metrics.Reaped.Add(float64(res.Reaped))
 		if len(res.Msgs) == 0 {
 			if res.Reaped == 0 {

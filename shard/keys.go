@@ -89,3 +89,8 @@ func Of(id string, m int) int {
 // that any serve instance accepts them, and this key is how a sign-out
 // reaches every instance.
 func SessionEndedKey(ns, id string) string { return "delayq:{" + ns + "}:session-ended:" + id }
+
+// ScannersKey is the namespace's ZSET of live scanner processes: process
+// id -> until when it counts as alive (unix ms, Redis clock). Each takes
+// the wake-ups of its own share of the shards (Store.Heartbeat).
+func ScannersKey(ns string) string { return "delayq:{" + ns + "}:scanners" }

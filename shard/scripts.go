@@ -723,8 +723,31 @@ end
 return out
 `)
 
+// heartbeatScript renews (or ends) a scanner process's membership and
+// returns the live members.
+//
+//	KEYS[1] scanners ZSET (ScannersKey)
+//	ARGV[1] process id   ARGV[2] ms it counts as alive from now; 0: it leaves
+//
+// Members whose time has passed are removed first; the key expires with
+// its last member. Returns the live ids in order. Complexity: O(P log P)
+// for P processes.
+var heartbeatScript = redis.NewScript(nowMs + `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl)
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+table.sort(ids)
+return ids
+`)
+
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
-var allScripts = []*redis.Script{
+var allScripts = []*redis.Script{heartbeatScript,
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,

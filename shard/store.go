@@ -554,3 +554,14 @@ func (r *reply) optBytes(i int) []byte {
 	r.bad(i, "string or nil")
 	return nil
 }
+
+// Heartbeat keeps scanner process id a live member of the namespace's
+// fleet for ttl (0: it leaves now) and returns the live members, id
+// included, in order.
+func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration) ([]string, error) {
+	v, err := s.run1(ctx, heartbeatScript, []string{ScannersKey(s.ns)}, id, max(ttl.Milliseconds(), 0)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("scanner heartbeat: %w", err)
+	}
+	return v, nil
+}
