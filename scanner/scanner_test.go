@@ -694,6 +694,18 @@ func TestAckNotReplicatedIsNotALostLease(t *testing.T) {
 	}
 }
 
+// twoProcesses starts two scanner processes on one namespace of m shards
+// and waits until both are members of its fleet.
+func twoProcesses(t *testing.T, m int, cfg scanner.Config) (a, b *fleet) {
+	t.Helper()
+	a = newFleet(t, m, cfg, rabbit.URL)
+	b = newFleetSharing(t, a, cfg)
+	rdb := redisSrv.Client(t)
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return rdb.ZCard(t.Context(), shard.ScannersKey(a.ns)).Val() == 2 },
+		func() string { return "the two processes never both joined" })
+	return a, b
+}
+
 // TestTwoProcessesShareWakeups: two scanner processes on one shard. Each
 // process's due board learns the shard's heads, but only the process the
 // membership gives the shard to takes its wake-ups, so a head is claimed
@@ -702,12 +714,7 @@ func TestAckNotReplicatedIsNotALostLease(t *testing.T) {
 // 26 empty claims for 20 messages in this test). Patrols are off here.
 func TestTwoProcessesShareWakeups(t *testing.T) {
 	t.Parallel()
-	cfg := scanner.Config{Goroutines: 2, PatrolInterval: time.Minute}
-	a := newFleet(t, 1, cfg, rabbit.URL)
-	b := newFleetSharing(t, a, cfg)
-	rdb := redisSrv.Client(t)
-	shardtest.WaitFor(t, 10*time.Second, func() bool { return rdb.ZCard(t.Context(), shard.ScannersKey(a.ns)).Val() == 2 },
-		func() string { return "the two processes never both joined" })
+	a, b := twoProcesses(t, 1, scanner.Config{Goroutines: 2, PatrolInterval: time.Minute})
 	empty := func() int64 { return a.scanner.Counts().EmptyClaims + b.scanner.Counts().EmptyClaims }
 	before := empty()
 	var ids []string
@@ -736,13 +743,8 @@ func TestTwoProcessesShareWakeups(t *testing.T) {
 // shard, those the stopped one had taken included, are published on time.
 func TestStoppedProcessHandsOverItsShards(t *testing.T) {
 	t.Parallel()
-	cfg := scanner.Config{Goroutines: 4, PatrolInterval: time.Minute}
-	a := newFleet(t, 8, cfg, rabbit.URL)
-	b := newFleetSharing(t, a, cfg)
-	rdb := redisSrv.Client(t)
-	key := shard.ScannersKey(a.ns)
-	shardtest.WaitFor(t, 10*time.Second, func() bool { return rdb.ZCard(t.Context(), key).Val() == 2 },
-		func() string { return "the two processes never both joined" })
+	a, b := twoProcesses(t, 8, scanner.Config{Goroutines: 4, PatrolInterval: time.Minute})
+	rdb, key := redisSrv.Client(t), shard.ScannersKey(a.ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	must := func(err error) {
