@@ -30,7 +30,7 @@ import (
 // Without a membership (Redis unreachable, or the first heartbeat not yet
 // answered) a process takes every wake-up, as a lone process does.
 const (
-	membershipEvery = 500 * time.Millisecond
+	membershipEvery = time.Second
 	membershipTTL   = 2 * time.Second
 )
 

@@ -42,12 +42,12 @@
 //     within milliseconds of its due time, and a fleet that keeps up makes
 //     at most one claim per due head instead of polling.
 //     With several processes, each takes the wake-ups of its own share of
-//     the shards (affinity.go: a membership in Redis renewed every 0.5 s,
+//     the shards (affinity.go: a membership in Redis renewed every second,
 //     rendezvous hashing), so a due head is claimed once, not once per
 //     process; a process still records a shard it does not own when its
 //     own claim finds work due there (an owner behind or dead), watches
 //     every shard's lease deadlines, and takes over a departed process's
-//     shards at its next heartbeat (2 s after a crash, at once after a
+//     shards at its next heartbeat (2-3 s after a crash, within 1 s of a
 //     stop).
 //     Because Pub/Sub is best effort, the dispatcher also sends one idle
 //     goroutine per process to visit a shard from the cursor every

@@ -729,15 +729,14 @@ return out
 //	KEYS[1] scanners ZSET (ScannersKey)
 //	ARGV[1] process id   ARGV[2] ms it counts as alive from now; 0: it leaves
 //
-// Members whose time has passed are removed first; the key expires with
-// its last member. Returns the live ids in order. Complexity: O(P log P)
-// for P processes.
+// Members whose time has passed (processes that died) are removed first;
+// a process that stops removes itself. Returns the live ids in order.
+// Complexity: O(P log P) for P processes; four commands, TIME included.
 var heartbeatScript = redis.NewScript(nowMs + `
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ttl)
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
