@@ -22,8 +22,9 @@
 //	                              the key expires with its last entry
 //
 // plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
-// high-water mark, every M used, producers' pins) and wake-up channel
-// (WakeChannel). A message lives in shard Of(id, M): FNV-1a 64 of the id,
+// high-water mark, every M used, producers' pins), wake-up channel
+// (WakeChannel), live scanner processes (ScannersKey: who takes which
+// shards' wake-ups) and ended console sessions (SessionEndedKey). A message lives in shard Of(id, M): FNV-1a 64 of the id,
 // modulo M, pinned by a test so it never changes.
 //
 // An envelope is versioned by its first byte (AppendEnvelope): v1 holds
