@@ -158,7 +158,7 @@ func ParseLine(raw []byte) (Message, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return Message{}, jsonError(err)
+		return Message{}, JSONError(err)
 	}
 	if dec.More() {
 		return Message{}, errors.New("invalid JSON: more than one value on the line")
@@ -234,17 +234,22 @@ func mentionsReplacement(raw []byte) bool {
 	return bytes.ContainsRune(raw, utf8.RuneError) || bytes.Contains(bytes.ToLower(raw), []byte(`\ufffd`))
 }
 
-// jsonError says what is wrong with a line in the terms of the JSON Lines
-// format (field names and JSON kinds), not encoding/json's Go type names.
-func jsonError(err error) error {
+// JSONError says what an encoding/json decoding error means in JSON's terms
+// (member names and JSON kinds), not Go's type names: an *InvalidError
+// naming the member when the error is about one (of the wrong type, or
+// unknown), else an error about the JSON text. The JSON Lines form and
+// the HTTP API's bodies share it.
+func JSONError(err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
 		want := "another kind of value"
 		switch te.Type.Kind() {
-		case reflect.Map:
+		case reflect.Map, reflect.Struct:
 			want = "an object"
+		case reflect.Bool:
+			want = "true or false"
 		case reflect.String:
 			want = "a string"
 		case reflect.Int64, reflect.Int:

@@ -42,7 +42,7 @@ func ParseJSONValue(path string, raw []byte) (any, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, invalid(path, "%v", jsonError(err))
+		return nil, invalid(path, "%v", JSONError(err))
 	}
 	return fromJSON(path, v, 0)
 }

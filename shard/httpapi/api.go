@@ -10,7 +10,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -223,16 +222,13 @@ func decodeStrict(w http.ResponseWriter, b []byte, v any) bool {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		detail := strings.TrimPrefix(err.Error(), "json: ")
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			detail = fmt.Sprintf("want a JSON %s, got a %s", jsonKind(te.Type.Kind()), te.Value)
-		}
-		if f := jsonField(err); f != "" {
-			problem(w, http.StatusBadRequest, "invalid "+f, detail, f)
+		err = shard.JSONError(err)
+		var ie *shard.InvalidError
+		if errors.As(err, &ie) {
+			problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
 			return false
 		}
-		problem(w, http.StatusBadRequest, "invalid JSON", detail, "")
+		problem(w, http.StatusBadRequest, "invalid JSON", err.Error(), "")
 		return false
 	}
 	if dec.More() {
@@ -240,34 +236,6 @@ func decodeStrict(w http.ResponseWriter, b []byte, v any) bool {
 		return false
 	}
 	return true
-}
-
-// jsonField names the member a decoding error is about: one of the wrong
-// type, or an unknown one; "" when the error is the JSON's as a whole.
-func jsonField(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return te.Field
-	}
-	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
-		return strings.TrimSuffix(name, `"`)
-	}
-	return ""
-}
-
-// jsonKind says what JSON a Go kind decodes from.
-func jsonKind(k reflect.Kind) string {
-	switch k {
-	case reflect.Bool:
-		return "boolean"
-	case reflect.String:
-		return "string"
-	case reflect.Slice, reflect.Array:
-		return "array"
-	case reflect.Map, reflect.Struct:
-		return "object"
-	}
-	return "number"
 }
 
 // messageLimit is the largest body of a request holding one message.
@@ -329,10 +297,7 @@ func DecodeBatch(b []byte) (msgs []shard.Message, index []int, items []BatchItem
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		if f := jsonField(err); f != "" {
-			return nil, nil, nil, &shard.InvalidError{Field: f, Reason: strings.TrimPrefix(err.Error(), "json: ")}
-		}
-		return nil, nil, nil, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return nil, nil, nil, shard.JSONError(err)
 	}
 	if dec.More() {
 		return nil, nil, nil, errors.New("invalid JSON: more than one value")
