@@ -412,12 +412,7 @@ func (p *Producer) elsewhere(ctx context.Context, id string, op func(shard int) 
 // Cancel removes a scheduled message. It returns ErrNotFound if no message
 // with that id is scheduled and ErrInFlight if it is being published.
 func (p *Producer) Cancel(ctx context.Context, id string) error {
-	err := p.elsewhere(ctx, id, func(i int) error { return p.store.Cancel(ctx, i, id) })
-	var ie *InvalidError
-	if errors.As(err, &ie) {
-		return fmt.Errorf("cancel %q: %w", id, err)
-	}
-	return err
+	return p.CancelAhead(ctx, id, 0)
 }
 
 // CancelAhead is Cancel for a cancel that may overtake its message: the
@@ -426,7 +421,8 @@ func (p *Producer) Cancel(ctx context.Context, id string) error {
 // with that id is scheduled, it leaves a tombstone in the shard a new
 // message with that id would go to: for window, an enqueue of id is
 // refused with ErrCancelled. It still returns ErrNotFound then (the
-// message may also have been delivered already, or never come).
+// message may also have been delivered already, or never come). A window
+// of 0 or less leaves no tombstone: Cancel.
 // Non-guarantee: a message enqueued under another M (a resize within the
 // window) does not see the tombstone.
 func (p *Producer) CancelAhead(ctx context.Context, id string, window time.Duration) error {
