@@ -94,26 +94,27 @@ func (s *Scanner) heartbeat(ctx context.Context) {
 		if !s.d.Publisher.Ready() {
 			ttl = 0
 		}
-		live, err := s.d.Store.Heartbeat(ctx, s.aff.self, ttl)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
+		if live, err := s.d.Store.Heartbeat(ctx, s.aff.self, ttl); err == nil {
+			s.membersChanged(live)
+		} else if ctx.Err() == nil {
 			s.errLog.warn("scanner membership; taking every shard's wake-ups meanwhile", err)
 			s.aff.live.Store(nil)
-		} else {
-			s.membersChanged(live)
 		}
 		select {
-		case <-ctx.Done():
 		case <-t.C:
-			continue
+		case <-ctx.Done():
+			s.leave()
+			return
 		}
-		break
 	}
-	lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+}
+
+// leave ends this process's membership, so the others take its shards at
+// their next heartbeat rather than when it expires.
+func (s *Scanner) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if _, err := s.d.Store.Heartbeat(lctx, s.aff.self, 0); err != nil {
+	if _, err := s.d.Store.Heartbeat(ctx, s.aff.self, 0); err != nil {
 		s.errLog.warn("leave the scanner membership; the others take this process's shards when it expires", err)
 	}
 }
