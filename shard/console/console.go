@@ -212,15 +212,9 @@ func (c *Console) mac(s string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// audit logs an action that changed something: who (the token's holder,
-// never the token), what, on what, and how it ended.
+// audit logs a change made through the console (httpapi.Audit).
 func (c *Console) audit(s session, action, target string, err error) {
-	result := "ok"
-	if err != nil {
-		result = err.Error()
-	}
-	c.o.Log.Info("audit", zap.String("via", "console"), zap.String("who", s.Name), zap.String("action", action),
-		zap.String("target", target), zap.String("result", result))
+	httpapi.Audit(c.o.Log, "console", s.Name, action, target, err)
 }
 
 func (c *Console) render(w http.ResponseWriter, status int, name string, data map[string]any) {
@@ -273,7 +267,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	role, name := c.o.Tokens.Lookup(token)
 	if role == httpapi.RoleNone {
-		c.o.Log.Info("audit", zap.String("via", "console"), zap.String("action", "sign in"), zap.String("result", "token not accepted"))
+		httpapi.Audit(c.o.Log, "console", "", "sign in", "", errors.New("token not accepted"))
 		c.renderLogin(w, http.StatusUnauthorized, "That token is not accepted.")
 		return
 	}
@@ -285,8 +279,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: value + "." + c.mac("session:"+value), Path: "/",
 		HttpOnly: true, Secure: c.o.Secure, SameSite: http.SameSiteStrictMode, MaxAge: int(c.o.SessionTTL.Seconds())})
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: "", Path: "/login", MaxAge: -1})
-	c.o.Log.Info("audit", zap.String("via", "console"), zap.String("who", name), zap.String("action", "sign in"),
-		zap.String("result", "ok"))
+	httpapi.Audit(c.o.Log, "console", name, "sign in", "", nil)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 

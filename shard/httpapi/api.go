@@ -128,15 +128,21 @@ func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
 // holderKey is the request context's key of the token holder's name.
 type holderKey struct{}
 
-// audit logs an action that changed something: who (the token's holder,
-// never the token), what, on what, and how it ended.
+// audit logs a change made through the API (Audit).
 func (a *API) audit(r *http.Request, action, target string, err error) {
 	who, _ := r.Context().Value(holderKey{}).(string)
+	Audit(a.o.Log, "api", who, action, target, err)
+}
+
+// Audit logs an action that changed something, or tried to, as one
+// "audit" line: through what (api, console), who (the token's holder,
+// never the token), what, on what, and how it ended (ok, or the error).
+func Audit(log *zap.Logger, via, who, action, target string, err error) {
 	result := "ok"
 	if err != nil {
 		result = err.Error()
 	}
-	a.o.Log.Info("audit", zap.String("via", "api"), zap.String("who", who), zap.String("action", action),
+	log.Info("audit", zap.String("via", via), zap.String("who", who), zap.String("action", action),
 		zap.String("target", target), zap.String("result", result))
 }
 
