@@ -139,3 +139,46 @@ func waitForLog(t *testing.T, log *lockedWriter, parts ...string) {
 		return false
 	}, func() string { return fmt.Sprintf("no log line with %q:\n%s", parts, log.String()) })
 }
+
+// TestServeRefusesRebindingAndCrossSite: a request whose Host is a name
+// serve does not answer to (a DNS-rebinding page) is refused, with or
+// without tokens, and so is a state-changing request that another site's
+// page sent (its Origin); the message stays scheduled. An allowed name and
+// plain local callers pass.
+func TestServeRefusesRebindingAndCrossSite(t *testing.T) {
+	w := newWorld(t, 4)
+	if _, e, code := w.delayq("", "enqueue", "--id", "m1", "--topic", "t", "--delay", "1h"); code != 0 {
+		t.Fatal(e)
+	}
+	scheduled := func() bool { out, _, _ := w.delayq("", "inspect", "m1"); return strings.Contains(out, "scheduled") }
+	open := w.serve(t, "DELAYQ_HTTP_TOKENS_FILE=", "DELAYQ_HTTP_ALLOWED_HOSTS=delayq.internal") // no tokens: every local caller is an admin
+	port := open[strings.LastIndex(open, ":")+1:]
+	cl := httpClient(false)
+	for _, c := range []struct {
+		what, method, path string
+		headers            []string
+		want               int
+	}{
+		{"rebinding DELETE", "DELETE", "/v1/messages/m1", []string{"Host", "rebind.attacker.test:" + port}, 421},
+		{"rebinding console", "GET", "/messages?id=m1", []string{"Host", "rebind.attacker.test:" + port}, 421},
+		{"cross-site DELETE", "DELETE", "/v1/messages/m1", []string{"Origin", "http://rebind.attacker.test"}, 403},
+		{"cross-site form", "POST", "/messages/cancel", []string{"Origin", "http://evil.test", "Sec-Fetch-Site", "cross-site"}, 403},
+		{"sandboxed page", "DELETE", "/v1/messages/m1", []string{"Origin", "null"}, 403},
+		{"allowed name, read", "GET", "/v1/messages/m1", []string{"Host", "delayq.internal:" + port}, 200},
+		{"localhost, read", "GET", "/v1/stats", []string{"Host", "localhost:" + port}, 200},
+	} {
+		var form url.Values
+		if c.method == "POST" {
+			form = url.Values{"id": {"m1"}}
+		}
+		if code, body := send(t, cl, c.method, open+c.path, form, c.headers...); code != c.want {
+			t.Errorf("%s: %d, want %d\n%s", c.what, code, c.want, body)
+		}
+		if !scheduled() {
+			t.Fatalf("%s cancelled m1", c.what)
+		}
+	}
+	if code, _ := send(t, cl, "DELETE", open+"/v1/messages/m1", nil, "Origin", open); code != 204 || scheduled() {
+		t.Errorf("a same-origin cancel: %d", code)
+	}
+}
