@@ -43,7 +43,8 @@ type config struct {
 	only        map[string]bool // scenarios to run; empty: all
 
 	consolePending int
-	profileDir     string // when set, the steady runs save the scanners' profiles and Redis's stats there
+	profileDir     string   // when set, the steady runs save the scanners' profiles and Redis's stats there
+	scannerEnv     []string // extra environment of every scanner process (NAME=value)
 }
 
 func main() {
@@ -63,13 +64,25 @@ func main() {
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
-	flag.StringVar(&loads, "loads", "0.25,0.5,0.9", "steady loads, as fractions of the limit (c)")
+	flag.StringVar(&loads, "loads", "0.25,0.5", "steady loads, as fractions of the shared-core limit (d)")
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (c) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress,console); "+
-		"the ceilings always run; steady and burst take their k from saturated, or all of -batches without it")
+		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
+	var scannerEnv string
+	flag.StringVar(&scannerEnv, "scanner-env", "", "comma-separated NAME=value pairs added to every scanner's environment "+
+		"(to compare settings: -scanner-env GOMAXPROCS=1,DELAYQ_GOROUTINES=64)")
 	flag.Parse()
+	for _, kv := range strings.Split(scannerEnv, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			if !strings.Contains(kv, "=") {
+				fmt.Fprintf(os.Stderr, "-scanner-env: %q is not NAME=value\n", kv)
+				os.Exit(2)
+			}
+			c.scannerEnv = append(c.scannerEnv, kv)
+		}
+	}
 	c.batches, c.scanners = ints(batches), ints(scanners)
 	for _, f := range strings.Split(loads, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -93,6 +106,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if c.profileDir != "" {
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "delayq-bench: -profile:", err)
+			os.Exit(2)
+		}
+	}
 	r, err := run(ctx, c)
 	if r != nil {
 		r.print(os.Stdout)
@@ -211,7 +230,9 @@ func (r *results) print(w *os.File) {
 	}
 	if m := r.Memory; m != nil {
 		fmt.Fprintln(tw, "\nMEMORY\t\t")
-		fmt.Fprintf(tw, "%d pending, %d-byte bodies\t%.0f bytes each (body + %.0f)\t\n", m.Messages, m.BodyBytes, m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes))
+		fmt.Fprintf(tw, "%d pending, %d-byte bodies, ids up to %d bytes\t%.0f bytes each (body + id + %.0f)\t\n", m.Messages, m.BodyBytes, m.IDBytes,
+			m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes+m.IDBytes))
+		fmt.Fprintf(tw, "MEMORY USAGE per message: due ZSET, msg hash (envelope)\t%.0f, %.0f (%.0f)\t\n", m.DueBytes, m.MsgBytes, m.EnvelopeBytes)
 	}
 	if in := r.Ingress; in != nil {
 		fmt.Fprintln(tw, "\nAMQP INGRESS (queue → Redis, one scanner)\tmsg/s\tof the lower ceiling\t")

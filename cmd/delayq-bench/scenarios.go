@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -514,6 +515,7 @@ func (b *bench) startFleetOf(ns string, n, k, m, goroutines int, extraEnv ...str
 			"DELAYQ_NAMESPACE="+ns, fmt.Sprintf("DELAYQ_SHARDS=%d", m), fmt.Sprintf("DELAYQ_CLAIM_BATCH=%d", k),
 			fmt.Sprintf("DELAYQ_GOROUTINES=%d", goroutines), "DELAYQ_LOG_LEVEL=error", "DELAYQ_LOG_FORMAT=console",
 			"DELAYQ_METRICS_ADDR="+addr)
+		cmd.Env = append(cmd.Env, b.c.scannerEnv...)
 		cmd.Env = append(cmd.Env, extraEnv...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -651,21 +653,20 @@ type steadyResult struct {
 }
 
 func (b *bench) steady(ctx context.Context) error {
-	best, _ := b.bestBatch()
-	ks := []int{1}
-	if best != 1 {
-		ks = append(ks, best)
-	}
-	if len(b.res.Saturated) == 0 { // saturated did not run (-only): no best k known
-		ks = b.c.batches
-	}
-	for _, k := range ks {
+	for _, k := range b.c.batches {
 		near, err := b.nearCeilings(ctx, k)
 		if err != nil {
 			return err
 		}
-		limit := near.limit(k)
-		say("steady k=%d: limit (c) measured now: %.0f msg/s", k, limit)
+		// The loads are fractions of (d), the shared-core limit, as issue 21
+		// sets its targets: (c) assumes Redis and RabbitMQ each have the
+		// machine to themselves, which no pipeline on these cores can have.
+		limit := near.sharedLimit(k)
+		say("steady k=%d: limit (d) measured now: %.0f msg/s ((c) %.0f)", k, limit, near.limit(k))
+		if limit == 0 {
+			limit = near.limit(k)
+			say("steady k=%d: no CPU figures for (d); the runs use (c)", k)
+		}
 		if b.c.fixedLimit > 0 {
 			limit = b.c.fixedLimit
 			say("steady k=%d: the runs use -limit %.0f msg/s instead", k, limit)
@@ -1001,7 +1002,14 @@ func cpuSeconds(pid int) float64 {
 type memoryResult struct {
 	Messages        int     `json:"messages"`
 	BodyBytes       int     `json:"body_bytes"`
-	BytesPerMessage float64 `json:"bytes_per_message"`
+	IDBytes         int     `json:"id_bytes"`          // the longest id's length (ids are "<ns>-<n>")
+	BytesPerMessage float64 `json:"bytes_per_message"` // INFO memory used_memory delta over the messages
+	// From MEMORY USAGE (SAMPLES 0: every element) of every shard's keys,
+	// per message: the due ZSET and the msg hash, and the envelope alone
+	// (HSTRLEN of a sample of 64), which the hash holds.
+	DueBytes      float64 `json:"due_zset_bytes"`
+	MsgBytes      float64 `json:"msg_hash_bytes"`
+	EnvelopeBytes float64 `json:"envelope_bytes"`
 }
 
 func (b *bench) memory(ctx context.Context) error {
@@ -1011,16 +1019,39 @@ func (b *bench) memory(ctx context.Context) error {
 		return err
 	}
 	say("memory: %d pending messages with %d-byte bodies ...", b.c.memory, bodyBytes)
-	if _, err := b.fill(ctx, b.namespace("memory"), b.c.memory, time.Hour, time.Time{}); err != nil {
+	ns := b.namespace("memory")
+	if _, err := b.fill(ctx, ns, b.c.memory, time.Hour, time.Time{}); err != nil {
 		return err
 	}
 	after, err := b.usedMemory(ctx)
 	if err != nil {
 		return err
 	}
-	r := &memoryResult{Messages: b.c.memory, BodyBytes: bodyBytes, BytesPerMessage: float64(after-before) / float64(b.c.memory)}
+	r := &memoryResult{Messages: b.c.memory, BodyBytes: bodyBytes, IDBytes: len(ns + "-" + strconv.Itoa(b.c.memory-1)),
+		BytesPerMessage: float64(after-before) / float64(b.c.memory)}
+	var due, msg, env, envs int64
+	for i := range shards {
+		ks := shard.ShardKeys(ns, i)
+		d, err1 := b.rdb.MemoryUsage(ctx, ks.Due, 0).Result()
+		m, err2 := b.rdb.MemoryUsage(ctx, ks.Msg, 0).Result()
+		ids, err3 := b.rdb.HRandField(ctx, ks.Msg, 64).Result()
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return fmt.Errorf("memory usage of shard %d: %w", i, err)
+		}
+		due, msg = due+d, msg+m
+		for _, id := range ids {
+			env += b.rdb.HStrLen(ctx, ks.Msg, id).Val()
+			envs++
+		}
+	}
+	n := float64(b.c.memory)
+	r.DueBytes, r.MsgBytes = float64(due)/n, float64(msg)/n
+	if envs > 0 {
+		r.EnvelopeBytes = float64(env) / float64(envs)
+	}
 	b.res.Memory = r
-	say("memory: %.0f bytes per pending message", r.BytesPerMessage)
+	say("memory: %.0f bytes per pending message (MEMORY USAGE: due ZSET %.0f, msg hash %.0f with a %.0f-byte envelope)",
+		r.BytesPerMessage, r.DueBytes, r.MsgBytes, r.EnvelopeBytes)
 	b.rdb.FlushAll(ctx)
 	return nil
 }
@@ -1042,22 +1073,17 @@ func (b *bench) usedMemory(ctx context.Context) (int64, error) {
 
 func (b *bench) targets() {
 	r := b.res
-	best, _ := b.bestBatch()
 	for _, s := range r.Saturated {
-		if s.Batch == 1 || s.Batch == best {
-			r.check(fmt.Sprintf("saturated dispatch, k=%d", s.Batch), s.OfLimit >= 0.9,
-				fmt.Sprintf("%.0f%% of limit", 100*s.OfLimit), ">= 90% of limit (c)")
-			r.check(fmt.Sprintf("saturated dispatch on shared cores, k=%d", s.Batch), s.OfShared >= 0.9,
-				fmt.Sprintf("%.0f%% of limit (d)", 100*s.OfShared), ">= 90% of limit (d) (not the issue's target)")
-		}
+		r.check(fmt.Sprintf("saturated dispatch on shared cores, k=%d", s.Batch), s.OfShared >= 0.9,
+			fmt.Sprintf("%.0f%% of limit (d) (%.0f%% of (c))", 100*s.OfShared, 100*s.OfLimit), ">= 90% of limit (d)")
 	}
 	early := 0
 	for _, s := range r.Steady {
 		early += s.Early
-		if s.Load == 0.5 {
-			r.check(fmt.Sprintf("lateness at 50%%, k=%d, %d scanner(s)", s.Batch, s.Scanners),
-				s.P99 <= 10*time.Millisecond && s.Max <= 100*time.Millisecond,
-				fmt.Sprintf("p99 %s, max %s", ms(s.P99), ms(s.Max)), "p99 <= 10ms, max <= 100ms")
+		if s.Load == 0.5 && s.Scanners <= 2 {
+			r.check(fmt.Sprintf("lateness at 50%% of (d), k=%d, %d scanner(s)", s.Batch, s.Scanners),
+				s.P99 <= 10*time.Millisecond && s.Max <= 50*time.Millisecond,
+				fmt.Sprintf("p99 %s, max %s", ms(s.P99), ms(s.Max)), "p99 <= 10ms, max <= 50ms")
 		}
 
 	}
@@ -1087,8 +1113,8 @@ func (b *bench) targets() {
 			">= 80% of (iii) (not the issue's target)")
 	}
 	if m := r.Memory; m != nil {
-		r.check("memory per pending message", m.BytesPerMessage <= float64(m.BodyBytes+200),
-			fmt.Sprintf("%.0f bytes", m.BytesPerMessage), fmt.Sprintf("<= body + 200 = %d", m.BodyBytes+200))
+		r.check("memory per pending message", m.BytesPerMessage <= float64(m.BodyBytes+m.IDBytes+150),
+			fmt.Sprintf("%.0f bytes", m.BytesPerMessage), fmt.Sprintf("<= body + id + 150 = %d", m.BodyBytes+m.IDBytes+150))
 	}
 }
 
