@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -282,7 +283,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 		st.wg.Go(func() { s.work(claimCtx, workCtx) })
 	}
 	s.log.Info("scanner started", zap.String("namespace", s.d.Store.Namespace()),
-		zap.Int("goroutines", s.cfg.Goroutines), zap.Int("claim_batch", s.cfg.ClaimBatch), zap.Duration("lease", s.cfg.Lease))
+		zap.Int("goroutines", s.cfg.Goroutines), zap.Int("claim_batch", s.cfg.ClaimBatch), zap.Duration("lease", s.cfg.Lease),
+		zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	return nil
 }
 
