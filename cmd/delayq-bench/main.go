@@ -65,7 +65,7 @@ func main() {
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
 	flag.StringVar(&loads, "loads", "0.25,0.5", "steady loads, as fractions of the shared-core limit (d)")
-	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (c) measured "+
+	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress,console); "+
@@ -199,7 +199,7 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
 			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared)
 	}
-	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\t")
+	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later; load as a fraction of (d), or of -limit)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\t")
 	for _, s := range r.Steady {
 		busy := "-"
 		if s.CPU != nil {

@@ -1040,8 +1040,11 @@ func (b *bench) memory(ctx context.Context) error {
 		}
 		due, msg = due+d, msg+m
 		for _, id := range ids {
-			env += b.rdb.HStrLen(ctx, ks.Msg, id).Val()
-			envs++
+			n, err := b.rdb.HStrLen(ctx, ks.Msg, id).Result()
+			if err != nil {
+				return fmt.Errorf("memory: envelope of %s in shard %d: %w", id, i, err)
+			}
+			env, envs = env+n, envs+1
 		}
 	}
 	n := float64(b.c.memory)
