@@ -5,7 +5,9 @@
     if (isNaN(d)) { return; }
     var s = document.createElement("span");
     s.className = "local";
-    s.textContent = " · " + d.toLocaleString() + " local";
-    t.after(s);
+    s.textContent = "· " + d.toLocaleString() + " local";
+    // The space outside the span lets a narrow screen put the local time
+    // on its own line (the span itself does not wrap).
+    t.after(document.createTextNode(" "), s);
   });
 })();
