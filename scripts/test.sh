@@ -44,8 +44,17 @@ grep -E '^(ok|FAIL|panic:)|^\s+[a-z0-9_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|d
 if [ $rc -ne 0 ]; then
   echo "== failures"
   grep -nE -- '--- FAIL|^panic:|DATA RACE|\[build failed\]|cannot|undefined' "$log" | head -50
-  echo "== log of the failed tests (last 400 lines)"
-  tail -n 400 "$log"
+  # Each failed test's own lines: -v output interleaves parallel tests,
+  # each block headed by "=== RUN|CONT|NAME|PAUSE <test>".
+  failed_tests=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u)
+  echo "== output of the failed tests (last 600 lines of it)"
+  awk -v names="$failed_tests" '
+    BEGIN { n = split(names, a, "\n"); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+    /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3 }
+    /^[ \t]*--- (FAIL|PASS|SKIP): / { if ($3 in want) print; next }
+    cur in want { print }' "$log" | tail -n 600
+  echo "== end of the log (a panic or build error shows here)"
+  tail -n 60 "$log"
 fi
 passed=$(grep -cE -- '^\s*--- PASS' "$log")
 failed=$(grep -cE -- '^\s*--- FAIL' "$log")
