@@ -19,8 +19,18 @@ const closeDrain = time.Second
 // the publishes that arrive while the flusher is in a write(2) go out
 // together in the next one. That cuts the publisher's syscalls and lets
 // the broker read many publishes (and confirm them with one multiple ack)
-// per read. Latency does not grow: the flusher writes as soon as there is
-// something to write, it never waits for more.
+// per read.
+//
+// When the flusher had nothing to write and a write arrives, it waits for
+// gather (when > 0) before sending, so that the publishes of the next
+// moment share that write: under a steady load, where publishes come a few
+// at a time rather than while a write is under way, this is what lets the
+// broker read and confirm them together. On the 2-core benchmark at 10,000
+// msg/s a gather of 1 ms took RabbitMQ from about 57 to 44 µs of CPU per
+// message and the box from 1.7 to 1.3-1.4 busy cores, for about 1 ms more
+// median lateness and a p99 no worse (README, "Measured here"). While
+// writes keep coming, the flusher never waits: a busy publisher's writes
+// go out as fast as the socket takes them.
 //
 // Write reports success once the bytes are gathered, before they reach the
 // socket. That is safe for AMQP publishes, whose success is only ever the
@@ -32,6 +42,7 @@ const closeDrain = time.Second
 // with the first write error or with Close, which waits for it.
 type flushConn struct {
 	net.Conn
+	gather time.Duration // how long a write after a pause waits for company
 
 	mu      sync.Mutex
 	work    sync.Cond // the flusher waits here while there is nothing to write
@@ -42,8 +53,8 @@ type flushConn struct {
 	done    chan struct{}
 }
 
-func newFlushConn(c net.Conn) *flushConn {
-	f := &flushConn{Conn: c, done: make(chan struct{})}
+func newFlushConn(c net.Conn, gather time.Duration) *flushConn {
+	f := &flushConn{Conn: c, gather: gather, done: make(chan struct{})}
 	f.work.L, f.room.L = &f.mu, &f.mu
 	go f.flush()
 	return f
@@ -70,15 +81,24 @@ func (f *flushConn) Write(p []byte) (int, error) {
 }
 
 // flush writes whatever has been gathered, as one write, until an error or
-// until Close has been called and nothing is left.
+// until Close has been called and nothing is left. A write that comes
+// after a pause waits for gather first (see flushConn).
 func (f *flushConn) flush() {
 	defer close(f.done)
 	var out []byte
+	paused := true // nothing written yet
 	for {
 		f.mu.Lock()
 		for len(f.buf) == 0 && f.err == nil && !f.closing {
 			f.work.Wait()
+			paused = true
 		}
+		if paused && f.gather > 0 && f.err == nil && !f.closing {
+			f.mu.Unlock()
+			time.Sleep(f.gather) // Close waits at most this long for it
+			f.mu.Lock()
+		}
+		paused = false
 		if f.err != nil || len(f.buf) == 0 { // failed, or closing and drained
 			if f.err == nil {
 				f.err = net.ErrClosed

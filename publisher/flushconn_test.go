@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,9 +14,15 @@ import (
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
-// pipePair returns a flushConn over a loopback TCP connection and the
-// other end of it.
+// pipePair returns a flushConn that writes at once over a loopback TCP
+// connection, and the other end of it.
 func pipePair(t *testing.T) (*flushConn, net.Conn) {
+	t.Helper()
+	return gatheringPair(t, 0)
+}
+
+// gatheringPair is pipePair with a gather time.
+func gatheringPair(t *testing.T, gather time.Duration) (*flushConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +43,7 @@ func pipePair(t *testing.T) (*flushConn, net.Conn) {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { _ = peer.Close() })
-	return newFlushConn(c), peer
+	return newFlushConn(c, gather), peer
 }
 
 // Concurrent writes each arrive whole and, per writer, in order: frames
@@ -93,6 +100,45 @@ func TestFlushConnKeepsWritesWhole(t *testing.T) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A write after a pause waits for the gather time, and what is written
+// meanwhile goes out with it, in one socket write; Close during the gather
+// time loses nothing.
+func TestFlushConnGathersAfterAPause(t *testing.T) {
+	const gather = time.Second
+	f, peer := gatheringPair(t, gather)
+	start := time.Now()
+	if _, err := f.Write([]byte("first,")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = peer.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := peer.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read %q, %v right after the write: want nothing until the gather time is over", buf[:n], err)
+	}
+	if _, err := f.Write([]byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := peer.Read(buf)
+	if err != nil || string(buf[:n]) != "first,second" {
+		t.Fatalf("first read: %q, %v; want both writes in one", buf[:n], err)
+	}
+	if waited := time.Since(start); waited < gather {
+		t.Errorf("sent after %s, before the gather time %s", waited, gather)
+	}
+	// A pause again, then Close while the flusher gathers.
+	if _, err := f.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Time{})
+	if b, _ := io.ReadAll(peer); string(b) != "last" {
+		t.Fatalf("after Close the peer read %q, want %q", b, "last")
 	}
 }
 

@@ -113,6 +113,13 @@ type Options struct {
 	// majority of its nodes answers (ErrNackedSuspect says why). Negative:
 	// no probation.
 	Probation time.Duration
+	// Gather is how long a publish that follows a pause waits so that the
+	// publishes of the next moment go out in the same socket write: the
+	// broker then reads them together and confirms them with one multiple
+	// ack, which at a steady load costs it much less CPU per message than
+	// a read and a confirm each. While publishes keep coming, writes are
+	// never delayed. Default 1ms; negative: write at once.
+	Gather time.Duration
 }
 
 func (o *Options) defaults() {
@@ -133,6 +140,9 @@ func (o *Options) defaults() {
 	}
 	if o.Probation == 0 {
 		o.Probation = 10 * time.Second
+	}
+	if o.Gather == 0 {
+		o.Gather = time.Millisecond
 	}
 }
 
@@ -396,7 +406,7 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 	first := p.next
 	p.mu.Unlock()
 	conn, used, err := DialNodes(ctx, p.opts.URLs, first, amqp.Config{
-		Dial:            dialGathering(p.opts.DialTimeout),
+		Dial:            dialGathering(p.opts.DialTimeout, p.opts.Gather),
 		Heartbeat:       10 * time.Second,
 		Properties:      props,
 		TLSClientConfig: p.opts.TLS,
@@ -457,14 +467,14 @@ func DialNodes(ctx context.Context, urls []string, first int, cfg amqp.Config) (
 
 // dialGathering dials like amqp.DefaultDial and wraps the connection in a
 // flushConn, so that concurrent publishes share write syscalls.
-func dialGathering(timeout time.Duration) func(network, addr string) (net.Conn, error) {
+func dialGathering(timeout, gather time.Duration) func(network, addr string) (net.Conn, error) {
 	dial := amqp.DefaultDial(timeout)
 	return func(network, addr string) (net.Conn, error) {
 		c, err := dial(network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return newFlushConn(c), nil
+		return newFlushConn(c, gather), nil
 	}
 }
 

@@ -64,6 +64,7 @@ type Config struct {
 	ClaimBatch          int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
 	Lease               time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxRefusals         int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
+	PublishGather       time.Duration `envconfig:"PUBLISH_GATHER" default:"1ms" desc:"scan: a publish after a pause waits this long for the next ones to share its socket write (the broker reads and confirms them together: less broker CPU at steady loads, about this much more latency); 0 = write at once"`
 	MaxBody             int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
 	MaxPending          int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile          string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
@@ -243,6 +244,8 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_LEASE: %s, want at least 1s (e.g. 30s)", envPrefix, c.Lease)
 	case c.MaxRefusals < 1 || c.MaxRefusals > 1000:
 		return fmt.Errorf("%s_MAX_REFUSALS: %d, want 1 to 1000", envPrefix, c.MaxRefusals)
+	case c.PublishGather < 0 || c.PublishGather > 100*time.Millisecond:
+		return fmt.Errorf("%s_PUBLISH_GATHER: %s, want 0 to 100ms (e.g. 1ms)", envPrefix, c.PublishGather)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
 	case c.IngressPrefetch < 1 || c.IngressPrefetch > 65535:
@@ -313,6 +316,15 @@ func (c Config) ingressRoutes() ([]ingress.Route, error) {
 		routes = append(routes, ingress.Route{Queue: q, Exchange: x})
 	}
 	return routes, nil
+}
+
+// publishGather is DELAYQ_PUBLISH_GATHER as publisher.Options wants it
+// (0 there means the default; off is negative).
+func (c Config) publishGather() time.Duration {
+	if c.PublishGather == 0 {
+		return -1
+	}
+	return c.PublishGather
 }
 
 func (c Config) scannerConfig() scanner.Config {

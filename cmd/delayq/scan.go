@@ -66,7 +66,8 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			return e.fail("scan", err)
 		}
 	}
-	pub, err := publisher.New(publisher.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-scanner " + host}, e.log)
+	pub, err := publisher.New(publisher.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-scanner " + host,
+		Gather: c.publishGather()}, e.log)
 	if err != nil {
 		return e.fail("scan", err)
 	}
