@@ -16,9 +16,12 @@
 //
 // The client library writes each publish to the socket on its own; the
 // connection is wrapped so that publishes made while a write is under way
-// go out together in the next one (flushConn). That does not delay any
-// publish, and it cuts the write syscalls of the publisher and the reads of
-// the broker when many goroutines publish at once.
+// go out together in the next one (flushConn), and a publish that follows
+// a pause waits Options.Gather (1 ms) for the next ones to share its write.
+// That cuts the write syscalls of the publisher and, more, the reads and
+// confirms of the broker: at a steady load the publishes come a few at a
+// time, and the broker spends much less per message when it reads and
+// confirms them together. While publishes keep coming nothing waits.
 //
 // # Failures
 //
