@@ -43,7 +43,7 @@ type config struct {
 	only        map[string]bool // scenarios to run; empty: all
 
 	consolePending int
-	profileDir     string   // when set, the steady runs save the scanners' profiles and Redis's stats there
+	profileDir     string   // when set, the steady and saturated runs save the scanners' profiles and Redis's stats there
 	scannerEnv     []string // extra environment of every scanner process (NAME=value)
 }
 
@@ -57,8 +57,8 @@ func main() {
 	flag.DurationVar(&c.idleFor, "idle", 60*time.Second, "length of the idle measurement")
 	flag.IntVar(&c.burst, "burst", 1_000_000, "messages due at the same millisecond in the burst")
 	flag.IntVar(&c.memory, "memory", 1_000_000, "pending messages for the memory measurement")
-	flag.StringVar(&c.profileDir, "profile", "", "steady runs: save each scanner's CPU and block profiles over the stationary window, and Redis's "+
-		"commandstats and latency events, in this directory")
+	flag.StringVar(&c.profileDir, "profile", "", "steady and saturated runs: save each scanner's CPU and block profiles over the stationary window "+
+		"(the first 2 s of a drain), and Redis's commandstats and latency events, in this directory")
 	flag.IntVar(&c.consolePending, "console-pending", 10_000_000, "pending messages (over 256 shards) behind the console and API timings")
 	flag.IntVar(&c.backlog, "backlog", 60_000, "messages of the saturated-dispatch runs")
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")

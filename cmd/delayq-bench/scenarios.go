@@ -562,7 +562,11 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 		return 0, 0, nil, err
 	}
 	defer stop()
-	f, err := b.startFleet(ns, scanners, k, shards)
+	var extra []string
+	if b.c.profileDir != "" {
+		extra = append(extra, "DELAYQ_PPROF=true")
+	}
+	f, err := b.startFleet(ns, scanners, k, shards, extra...)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -580,10 +584,16 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 	}
 	sleep(ctx, time.Until(at))
 	cpu0 := b.sampleCPU(f)
+	var profiled sync.WaitGroup
+	if b.c.profileDir != "" {
+		// The first 2 s of the drain (60,000 messages take 2-4 s here).
+		profiled.Go(func() { b.profile(ctx, f, fmt.Sprintf("%s-k%d-s%d", what, k, scanners), 2*time.Second) })
+	}
 	if !t.waitFor(ctx, n, time.Duration(n/500+60)*time.Second) {
 		return 0, 0, nil, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
 	}
 	cpu = b.sampleCPU(f).since(cpu0, n)
+	profiled.Wait()
 	t.mu.Lock()
 	drain = t.last.Sub(t.first)
 	t.mu.Unlock()
