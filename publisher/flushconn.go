@@ -29,9 +29,9 @@ const closeDrain = time.Second
 // msg/s a gather of 1 ms took RabbitMQ from about 57 to 44 µs of CPU per
 // message and the box from 1.7 to 1.3-1.4 busy cores, for about 1 ms more
 // median lateness; p99 stayed within the host's noise at 10,000 and 16,000
-// msg/s (README, "Measured here"). While
-// writes keep coming, the flusher never waits: a busy publisher's writes
-// go out as fast as the socket takes them.
+// msg/s (README, "Measured here"). While writes keep coming, the flusher
+// never waits: a busy publisher's writes go out as fast as the socket
+// takes them.
 //
 // Write reports success once the bytes are gathered, before they reach the
 // socket. That is safe for AMQP publishes, whose success is only ever the
