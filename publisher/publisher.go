@@ -118,7 +118,11 @@ type Options struct {
 	// broker then reads them together and confirms them with one multiple
 	// ack, which at a steady load costs it much less CPU per message than
 	// a read and a confirm each. While publishes keep coming, writes are
-	// never delayed. Default 1ms; negative: write at once.
+	// never delayed. The wait is per socket write, not per publish: the
+	// connection handshake and each synchronous channel call (open,
+	// confirm mode, ExchangeExists when not cached) also wait it once, so
+	// a reconnect takes a few Gathers longer. Default 1ms; negative: write
+	// at once.
 	Gather time.Duration
 }
 
