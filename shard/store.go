@@ -133,7 +133,7 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 	calls := make([]call, len(shards))
 	for j, i := range shards {
 		ks := ShardKeys(s.ns, i)
-		calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap}}
+		calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap, k + 1}}
 	}
 	for j, c := range s.run(ctx, calls...) {
 		v, err := c.Slice()
