@@ -14,9 +14,14 @@
 //     stays its own atomic script call of at most ClaimBatch messages, so
 //     batch 1 is still the classic claim, but Redis and the scanner pay a
 //     read and a write syscall per round trip instead of per claim.
-//  4. For each message: decode, route (router), take a place in the
-//     process's window of unconfirmed messages, publish, and hand it to the
-//     settlers; then claim again at once, without waiting for the confirm.
+//  4. For each message: decode, route (router), publish, and hand it to
+//     the settlers; then claim again at once, without waiting for the
+//     confirm. Before each claim the goroutine takes k places in the
+//     process's window (Config.Window) of claimed, unsettled messages and
+//     gives back what the claim did not fill; a message frees its place
+//     once settled. So no claimed message waits for a place while its
+//     lease runs, and at k = 32 a window of 512 keeps 16 claims in flight,
+//     not one per goroutine.
 //     Settler goroutines wait for each confirm: a confirmed message's lease
 //     goes to the ack batcher, which acks per shard, all shards in one
 //     pipelined round trip, every 10 ms or 1,024 leases; one that failed
@@ -27,7 +32,7 @@
 //     MaxRefusals, then dead-lettered with the broker's reason. What can
 //     never be delivered (corrupt envelope, no route) is dead-lettered
 //     before publishing. When confirms slow down,
-//     the window fills and workers claim less: backpressure, not expired
+//     the window fills and workers stop claiming: backpressure, not expired
 //     leases.
 //  5. A visit that leaves its shard with nothing due ends in the idle
 //     state, once the process has had a claim reply from every shard

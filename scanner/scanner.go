@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/publisher"
@@ -54,11 +55,15 @@ type Config struct {
 	// VisitBudget is how many claims one visit makes in a row while they
 	// come back full, before moving to the next shard. Default 16.
 	VisitBudget int
-	// Window is the most messages a process has published and not yet had
-	// confirmed. Workers claim again while their last messages wait for
-	// their confirms; when confirms slow down (a slow or blocked broker),
-	// the window fills and workers claim less instead of letting leases
-	// expire. Default 512.
+	// Window is the most messages a process holds claimed and not yet
+	// settled (being published, or published and waiting for the broker's
+	// confirm). A worker takes places for a whole claim batch before it
+	// claims and gives back those the claim did not fill, so workers claim
+	// again while their last messages wait for confirms, but never more
+	// than can be published at once: when confirms slow down (a slow or
+	// blocked broker), the window fills and claims stop, instead of
+	// claimed messages waiting for a place while their leases run. Default
+	// 512, and at least ClaimBatch.
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
 	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
@@ -99,6 +104,7 @@ func (c *Config) defaults() {
 	if c.Window <= 0 {
 		c.Window = 512
 	}
+	c.Window = max(c.Window, c.ClaimBatch)
 }
 
 // Validate reports a Config that cannot work.
@@ -166,8 +172,8 @@ type Scanner struct {
 
 	errLog rateLimited
 
-	window chan struct{} // one token per published, unconfirmed message
-	queue  chan sent     // published messages waiting for their confirms
+	window *semaphore.Weighted // one place per claimed, unsettled message (Config.Window)
+	queue  chan sent           // published messages waiting for their confirms
 	acks   *ackBatcher
 	claims *claimer
 
@@ -227,7 +233,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	}
 	log := d.Log.Named("scanner")
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), aff: newAffinity(), errLog: rateLimited{log: log, every: 5 * time.Second},
-		window: make(chan struct{}, cfg.Window), queue: make(chan sent, cfg.Window)}
+		window: semaphore.NewWeighted(int64(cfg.Window)), queue: make(chan sent, cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
 	return s, nil
@@ -449,11 +455,19 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			// claim waiting out the publish timeout and being released.
 			return total, false, nil
 		}
+		// Places for a whole batch first (backpressure from the broker):
+		// what comes back can be published at once.
+		k := int64(s.cfg.ClaimBatch)
+		if s.window.Acquire(claimCtx, k) != nil {
+			return total, true, nil // claiming stops
+		}
 		start, sent := time.Now(), s.d.Now()
 		res, err := s.claims.claim(workCtx, i, reply)
 		if err != nil {
+			s.window.Release(k)
 			return total, true, err
 		}
+		s.window.Release(k - int64(len(res.Msgs)))
 		s.d.Metrics.ClaimTime.Observe(time.Since(start).Seconds())
 		s.d.Metrics.Claimed.Add(float64(len(res.Msgs)))
 		// The board hears when the shard next has work: a message that
@@ -493,6 +507,8 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 // deliver publishes a claimed batch of shard i and hands each message to
 // the settlers, which wait for its confirm; it returns once the batch is
 // published, so the worker can claim again while confirms are under way.
+// Each message holds a place in the window (taken before the claim) until
+// it is settled: here if it is not published, else by its settler.
 // A message that can never be published is dead-lettered, one that cannot
 // be published now is released. What cannot be settled (Redis unreachable,
 // shutdown deadline) stays leased and comes back.
@@ -506,21 +522,17 @@ func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
 		switch {
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
+			s.window.Release(1)
 			continue
 		case err != nil:
 			s.release(ctx, i, c, err)
-			continue
-		}
-		select { // a place in the window: backpressure from the broker
-		case s.window <- struct{}{}:
-		case <-pctx.Done():
-			s.release(ctx, i, c, pctx.Err())
+			s.window.Release(1)
 			continue
 		}
 		f, err := s.d.Publisher.Publish(pctx, m)
 		if err != nil {
-			<-s.window
 			s.release(ctx, i, c, err)
+			s.window.Release(1)
 			continue
 		}
 		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now()}

@@ -584,17 +584,93 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	}
 }
 
-// privateBrokerFlow starts a RabbitMQ node of the test's own (so it can be
-// killed or blocked), a fleet on it, and n messages due every spacing; it
-// returns once started messages have been published.
-func privateBrokerFlow(t *testing.T, prefix string, n int, spacing time.Duration, started int64) (*fleet, *publishertest.Rabbit, []string) {
+// TestPausedBrokerStopsClaims: a broker that stops answering (SIGSTOP, as
+// a long GC or VM pause would; the connection looks alive, so the
+// publisher stays ready) confirms nothing, and the window fills. From then
+// on the scanner claims nothing more: it never holds more than Window
+// messages leased, rather than claiming batches that wait for a place
+// while their leases run (the window used to be taken after the claim, so
+// every goroutine held a claimed batch). Once the broker resumes, every
+// message is delivered.
+func TestPausedBrokerStopsClaims(t *testing.T) {
+	t.Parallel()
+	own := privateRabbit(t)
+	const m, window, k = 4, 32, 8
+	f := newFleet(t, m, scanner.Config{Goroutines: 16, ClaimBatch: k, Window: window, PublishTimeout: 3 * time.Second}, own.URL)
+	if _, err := f.prod.Enqueue(t.Context(), shard.Message{ID: "p-first", Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitAll([]string{"p-first"}, 20*time.Second) // connected and publishing
+	if err := own.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = own.Resume()
+		}
+	}()
+	ids := make([]string, 300)
+	msgs := make([]shard.Message, len(ids))
+	for i := range msgs {
+		ids[i] = fmt.Sprintf("p-%d", i)
+		msgs[i] = shard.Message{ID: ids[i], Topic: "t"}
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redisSrv.Client(t)
+	held := func() int {
+		n := 0
+		for i := range m {
+			c, err := rdb.ZCard(t.Context(), shard.ShardKeys(f.ns, i).Inflight).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(c)
+		}
+		return n
+	}
+	// Watch the leases until the first publish times out (PublishTimeout
+	// after the pause) and is released.
+	most := 0
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		most = max(most, held())
+		return f.scanner.Counts().Released > 0
+	}, func() string { return fmt.Sprintf("no publish timed out; %+v", f.scanner.Counts()) })
+	t.Logf("while paused: at most %d leased (window %d, %d goroutines claiming %d each)", most, window, 16, k)
+	if most > window {
+		t.Errorf("%d messages leased at once while the broker was paused, more than the window of %d", most, window)
+	}
+	if most < window {
+		t.Errorf("at most %d leased: the window (%d) never filled, so the test proved nothing", most, window)
+	}
+	if err := own.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	f.waitAll(ids, 60*time.Second)
+}
+
+// privateRabbit starts a RabbitMQ node of the test's own, to kill, block
+// or pause; it stops after the cleanups registered later (the fleet's).
+func privateRabbit(t *testing.T) *publishertest.Rabbit {
 	t.Helper()
 	shardtest.Require(t, serverErr)
 	own, err := publishertest.StartRabbit()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(own.Close) // registered first: runs after the fleet's cleanups
+	t.Cleanup(own.Close)
+	return own
+}
+
+// privateBrokerFlow starts a RabbitMQ node of the test's own (so it can be
+// killed or blocked), a fleet on it, and n messages due every spacing; it
+// returns once started messages have been published.
+func privateBrokerFlow(t *testing.T, prefix string, n int, spacing time.Duration, started int64) (*fleet, *publishertest.Rabbit, []string) {
+	t.Helper()
+	own := privateRabbit(t)
 	f := newFleet(t, 4, scanner.Config{Goroutines: 8, Lease: 3 * time.Second}, own.URL)
 	ids := make([]string, n)
 	msgs := make([]shard.Message, n)

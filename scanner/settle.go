@@ -64,7 +64,7 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 		default:
 			s.release(ctx, m.shard, &m.c, err)
 		}
-		<-s.window // this message no longer counts against the window
+		s.window.Release(1) // this message no longer counts against the window
 	}
 }
 
