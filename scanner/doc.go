@@ -20,7 +20,7 @@
 //     process's window (Config.Window) of claimed, unsettled messages and
 //     gives back what the claim did not fill; a message frees its place
 //     once settled. So no claimed message waits for a place while its
-//     lease runs, and at k = 32 a window of 512 keeps 16 claims in flight,
+//     lease runs, and at k = 32 a window of 128 keeps 4 claims in flight,
 //     not one per goroutine.
 //     Settler goroutines wait for each confirm: a confirmed message's lease
 //     goes to the ack batcher, which acks per shard, all shards in one

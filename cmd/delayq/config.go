@@ -62,6 +62,7 @@ type Config struct {
 	ConsulKey           string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
 	Goroutines          int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
 	ClaimBatch          int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
+	Window              int           `envconfig:"WINDOW" default:"128" desc:"scan: most messages a process holds claimed and not yet confirmed by the broker (at least CLAIM_BATCH); a full window stops claims. Bounds a process to WINDOW / confirm round trip msg/s; more makes the broker's queue, and its CPU per message, grow"`
 	Lease               time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxRefusals         int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
 	PublishGather       time.Duration `envconfig:"PUBLISH_GATHER" default:"1ms" desc:"scan: a publish after a pause waits this long for the next ones to share its socket write (the broker reads and confirms them together: less broker CPU at steady loads, about this much more latency); 0 = write at once"`
@@ -240,6 +241,8 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_GOROUTINES: %d, want 1 to 4096", envPrefix, c.Goroutines)
 	case c.ClaimBatch < 1 || c.ClaimBatch > 1000:
 		return fmt.Errorf("%s_CLAIM_BATCH: %d, want 1 to 1000", envPrefix, c.ClaimBatch)
+	case c.Window < 1 || c.Window > 65536:
+		return fmt.Errorf("%s_WINDOW: %d, want 1 to 65536", envPrefix, c.Window)
 	case c.Lease < time.Second:
 		return fmt.Errorf("%s_LEASE: %s, want at least 1s (e.g. 30s)", envPrefix, c.Lease)
 	case c.MaxRefusals < 1 || c.MaxRefusals > 1000:
@@ -328,7 +331,7 @@ func (c Config) publishGather() time.Duration {
 }
 
 func (c Config) scannerConfig() scanner.Config {
-	return scanner.Config{Goroutines: c.Goroutines, ClaimBatch: c.ClaimBatch, Lease: c.Lease, MaxRefusals: c.MaxRefusals}
+	return scanner.Config{Goroutines: c.Goroutines, ClaimBatch: c.ClaimBatch, Window: c.Window, Lease: c.Lease, MaxRefusals: c.MaxRefusals}
 }
 
 // printEnv writes the variables table for -h. Secrets have no defaults, so

@@ -616,7 +616,7 @@ func TestBadConfigIsAClearError(t *testing.T) {
 	}
 	// Scanner settings that cannot work are refused by scan, naming the
 	// variable (exit 2), never replaced by defaults.
-	for _, env := range []string{"DELAYQ_CLAIM_BATCH=0", "DELAYQ_CLAIM_BATCH=-1", "DELAYQ_GOROUTINES=0",
+	for _, env := range []string{"DELAYQ_CLAIM_BATCH=0", "DELAYQ_CLAIM_BATCH=-1", "DELAYQ_GOROUTINES=0", "DELAYQ_WINDOW=0",
 		"DELAYQ_LEASE=0", "DELAYQ_LEASE=10ms", "DELAYQ_SHUTDOWN_TIMEOUT=0s", "DELAYQ_INGRESS=no-exchange-given",
 		"DELAYQ_INGRESS=q=a,q=b", "DELAYQ_INGRESS_PREFETCH=0"} {
 		cmd := exec.Command(bin, "scan")
