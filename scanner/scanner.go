@@ -69,15 +69,14 @@ type Config struct {
 	// at once, and the broker's CPU per message grows with that: saturated
 	// on two shared cores at k = 8 and 32, RabbitMQ spent 56-89 µs a
 	// message with a window of 512 and 41-46 with 128, so k = 8 reached
-	// 56-58 % of the
-	// shared-core limit against 75-77 %, and k = 32 52-70 % against 71-73 %
-	// (three interleaved runs each, 2026-11-25); the bare client shows the
-	// same (41-50 µs a message with 128 unconfirmed, 32 on each of 4
-	// channels, 63-82 with 512, in two runs). 64 was too few at k = 1 (70-95 % against
-	// 90-99 %). Steady loads at 10,000 msg/s were no worse with 128 (at
-	// 13,500, near what the host carried, mixed either way). One
-	// process publishes at most Window per confirm round trip: 128,000
-	// msg/s at 1 ms; raise it for a broker far away.
+	// 56-58 % of the shared-core limit against 75-77 %, and k = 32 52-70 %
+	// against 71-73 % (three interleaved runs each, 2026-11-25); the bare
+	// client shows the same (41-50 µs a message with 128 unconfirmed, 32 on
+	// each of 4 channels, 63-82 with 512, in two runs). 64 was too few at
+	// k = 1 (70-95 % against 90-99 %). Steady loads at 10,000 msg/s were
+	// no worse with 128 (at 13,500, near what the host carried, mixed
+	// either way). One process publishes at most Window per confirm round
+	// trip: 128,000 msg/s at 1 ms; raise it for a broker far away.
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
 	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
