@@ -40,6 +40,7 @@ type config struct {
 	loads       []float64
 	fixedLimit  float64 // when > 0, the steady runs' limit instead of (c)
 	goroutines  int
+	rounds      int             // saturated drains per claim batch, each between two ceiling measurements
 	only        map[string]bool // scenarios to run; empty: all
 
 	consolePending int
@@ -61,6 +62,7 @@ func main() {
 		"(the first 2 s of a drain), and Redis's commandstats and latency events, in this directory")
 	flag.IntVar(&c.consolePending, "console-pending", 10_000_000, "pending messages (over 256 shards) behind the console and API timings")
 	flag.IntVar(&c.backlog, "backlog", 60_000, "messages of the saturated-dispatch runs")
+	flag.IntVar(&c.rounds, "rounds", 3, "saturated drains per claim batch, each compared with the ceilings measured right before and right after it; the median decides")
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
@@ -103,7 +105,9 @@ func main() {
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
 		c.consolePending = 200_000
 		c.scanners = []int{1, 2}
+		c.rounds = 1
 	}
+	c.rounds = max(c.rounds, 1)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if c.profileDir != "" {
@@ -194,10 +198,14 @@ func (r *results) print(w *os.File) {
 	for _, b := range r.Burst {
 		fmt.Fprintf(tw, "burst k=%d\t%s\t\n", b.Batch, b.CPU)
 	}
-	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due; limits measured right before)\tmsg/s\tlimit (c)\tof (c)\tlimit (d)\tof (d)\t")
+	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due; limits measured right before and after; the median round)\tmsg/s\tlimit (c)\tof (c)\tlimit (d)\tof (d)\tevery round, of (d)\t")
 	for _, s := range r.Saturated {
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
-			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared)
+		var each []string
+		for _, r := range s.Rounds {
+			each = append(each, fmt.Sprintf("%.0f%%", 100*r.OfShared))
+		}
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t%s\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
+			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared, strings.Join(each, " "))
 	}
 	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later; load as a fraction of (d), or of -limit)\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\t")
 	for _, s := range r.Steady {
