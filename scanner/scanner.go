@@ -63,20 +63,21 @@ type Config struct {
 	// than can be published at once: when confirms slow down (a slow or
 	// blocked broker), the window fills and claims stop, instead of
 	// claimed messages waiting for a place while their leases run. Default
-	// 128, and at least ClaimBatch.
+	// 256, and at least ClaimBatch.
 	//
-	// The window also sets how many publishes the broker has unconfirmed
-	// at once, and the broker's CPU per message grows with that: saturated
-	// on two shared cores at k = 8 and 32, RabbitMQ spent 56-89 µs a
-	// message with a window of 512 and 41-46 with 128, so k = 8 reached
-	// 56-58 % of the shared-core limit against 75-77 %, and k = 32 52-70 %
-	// against 71-73 % (three interleaved runs each, 2026-11-25); the bare
-	// client shows the same (41-50 µs a message with 128 unconfirmed, 32 on
-	// each of 4 channels, 63-82 with 512, in two runs). 64 was too few at
-	// k = 1 (70-95 % against 90-99 %). Steady loads at 10,000 msg/s were
-	// no worse with 128 (at 13,500, near what the host carried, mixed
-	// either way). One process publishes at most Window per confirm round
-	// trip: 128,000 msg/s at 1 ms; raise it for a broker far away.
+	// The window covers a message from before its claim to its confirm, so
+	// it must hold the claims under way as well as the publishes the broker
+	// has unconfirmed; with too few places the pipeline waits with CPU to
+	// spare, with too many the broker spends more CPU per message. Saturated
+	// on two shared cores (2026-11-25, each drain between two measurements
+	// of the shared-core limit, two runs of three rounds each, interleaved):
+	// 128 reached 86-94 / 70-79 / 68-77 % of that limit at k = 1 / 8 / 32
+	// with the box 1.66-1.82 cores busy, 256 86-106 / 75-90 / 65-87 % with
+	// 1.74-1.88, 384 88-111 / 69-97 / 72-91 % but with RabbitMQ at 33-65 µs
+	// a message against 29-49; an earlier series found 512 costly for the
+	// broker (56-89 µs a message at k = 8 and 32) and 64 too few at k = 1.
+	// One process publishes at most Window per confirm round trip: 256,000
+	// msg/s at 1 ms; raise it for a broker far away.
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
 	// cursor this often, to learn heads whose wake-up notice was lost (Pub/Sub
@@ -115,7 +116,7 @@ func (c *Config) defaults() {
 		c.PatrolInterval = time.Second
 	}
 	if c.Window <= 0 {
-		c.Window = 128
+		c.Window = 256
 	}
 	c.Window = max(c.Window, c.ClaimBatch)
 }
