@@ -713,6 +713,12 @@ type steadyResult struct {
 	Max          time.Duration `json:"lateness_max_ns"`
 	Early        int           `json:"early"`
 	Missing      int64         `json:"backlog_after_60s"` // not yet delivered 60 s after the producer stopped (overload, not loss)
+	// SharedAfter is (d) measured right after the run, and OfSharedAfter
+	// the run's rate as a fraction of it: the load the run was by the
+	// host's speed at its end (the rate itself is a fraction of the (d)
+	// measured before the runs of its k, which the host's drift moves).
+	SharedAfter   float64 `json:"shared_limit_after"`
+	OfSharedAfter float64 `json:"of_shared_limit_after"`
 }
 
 func (b *bench) steady(ctx context.Context) error {
@@ -740,12 +746,19 @@ func (b *bench) steady(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				b.rdb.FlushAll(ctx)
+				after, err := b.nearCeilings(ctx, k)
+				if err != nil {
+					return err
+				}
+				if s.SharedAfter = after.sharedLimit(k); s.SharedAfter > 0 {
+					s.OfSharedAfter = s.Rate / s.SharedAfter
+				}
 				b.res.Steady = append(b.res.Steady, s)
-				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
-					k, n, 100*load, s.Rate, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
+				say("steady k=%d, %d scanner(s), %.0f%% (%.0f/s; %.0f%% of the (d) of %.0f measured right after): dispatch %.0f/s, p50 %s p99 %s max %s, early %d, missing %d",
+					k, n, 100*load, s.Rate, 100*s.OfSharedAfter, s.SharedAfter, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.Max), s.Early, s.Missing)
 				say("  of which before the claim: p50 <= %s, p99 <= %s; %.2f claims per message (%.2f found nothing); CPU %s",
 					ms(s.ClaimP50), ms(s.ClaimP99), s.ClaimsPerMsg, s.EmptyPerMsg, s.CPU)
-				b.rdb.FlushAll(ctx)
 			}
 		}
 	}
