@@ -277,6 +277,13 @@ func (b *bench) nearCeilings(ctx context.Context, k int) (ceilings, error) {
 	return c, nil
 }
 
+// ceilingsAfter empties Redis after a scenario and measures the ceilings
+// for batch k again, as nearCeilings does before one.
+func (b *bench) ceilingsAfter(ctx context.Context, k int) (ceilings, error) {
+	b.rdb.FlushAll(ctx)
+	return b.nearCeilings(ctx, k)
+}
+
 // claimCeiling: claimClients goroutines run the claim script with batch k
 // over n messages, all due, until every shard is empty.
 func (b *bench) claimCeiling(ctx context.Context, k, n int) (claimRate, error) {
@@ -638,8 +645,7 @@ func (b *bench) saturated(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			b.rdb.FlushAll(ctx)
-			after, err := b.nearCeilings(ctx, k)
+			after, err := b.ceilingsAfter(ctx, k)
 			if err != nil {
 				return err
 			}
@@ -746,8 +752,7 @@ func (b *bench) steady(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				b.rdb.FlushAll(ctx)
-				after, err := b.nearCeilings(ctx, k)
+				after, err := b.ceilingsAfter(ctx, k)
 				if err != nil {
 					return err
 				}
