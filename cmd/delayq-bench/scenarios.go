@@ -624,9 +624,9 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 // saturated drains a backlog with each claim batch k in several rounds,
 // each between two measurements of the ceilings: the one right before it
 // and the one right after it (which is the next round's "before"). A drain
-// is compared with both: the host's speed moves by a third within a minute
-// (the (d) of one k measured before and after a 4 s drain differed by up to
-// that on 2026-11-25), so one drain against one ceiling was a coin toss
+// is compared with both: the host's speed moves within seconds (the (d) of
+// one k measured before and after a 4 s drain differed by up to 1.5x in the
+// runs of 2026-11-25), so one drain against one ceiling was a coin toss
 // either way. The median round decides the target; every round is shown.
 func (b *bench) saturated(ctx context.Context) error {
 	for _, k := range b.c.batches {
