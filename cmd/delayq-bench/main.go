@@ -105,7 +105,11 @@ func main() {
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
 		c.consolePending = 200_000
 		c.scanners = []int{1, 2}
-		c.rounds = 1
+		explicit := false // an explicit -rounds still counts
+		flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rounds" })
+		if !explicit {
+			c.rounds = 1
+		}
 	}
 	c.rounds = max(c.rounds, 1)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -641,7 +641,8 @@ func (b *bench) saturated(ctx context.Context) error {
 		}
 		var rounds []round
 		for range b.c.rounds {
-			rate, _, cpu, err := b.drainBacklog(ctx, "saturated", b.c.backlog, k, 1)
+			// One name per round, so -profile keeps each round's profiles.
+			rate, _, cpu, err := b.drainBacklog(ctx, fmt.Sprintf("saturated-r%d", len(rounds)+1), b.c.backlog, k, 1)
 			if err != nil {
 				return err
 			}
