@@ -51,11 +51,12 @@ type flushConn struct {
 	buf     []byte
 	err     error // first write error, or net.ErrClosed after Close
 	closing bool
+	closed  chan struct{} // closed by Close: cuts a gather wait short
 	done    chan struct{}
 }
 
 func newFlushConn(c net.Conn, gather time.Duration) *flushConn {
-	f := &flushConn{Conn: c, gather: gather, done: make(chan struct{})}
+	f := &flushConn{Conn: c, gather: gather, closed: make(chan struct{}), done: make(chan struct{})}
 	f.work.L, f.room.L = &f.mu, &f.mu
 	go f.flush()
 	return f
@@ -96,7 +97,12 @@ func (f *flushConn) flush() {
 		}
 		if paused && f.gather > 0 && f.err == nil && !f.closing {
 			f.mu.Unlock()
-			time.Sleep(f.gather) // Close waits at most this long for it
+			t := time.NewTimer(f.gather)
+			select {
+			case <-t.C:
+			case <-f.closed: // Close sends what is gathered now
+				t.Stop()
+			}
 			f.mu.Lock()
 		}
 		paused = false
@@ -124,12 +130,18 @@ func (f *flushConn) flush() {
 	}
 }
 
-// Close sends what is gathered (for at most closeDrain), stops the flusher
-// and closes the connection.
+// Close sends what is gathered (for at most closeDrain; a gather wait under
+// way ends at once), stops the flusher and closes the connection. Only the
+// first call does that; later ones return net.ErrClosed.
 func (f *flushConn) Close() error {
-	_ = f.Conn.SetWriteDeadline(time.Now().Add(closeDrain))
 	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		return net.ErrClosed
+	}
+	_ = f.Conn.SetWriteDeadline(time.Now().Add(closeDrain))
 	f.closing = true
+	close(f.closed)
 	f.work.Signal()
 	f.room.Broadcast()
 	f.mu.Unlock()

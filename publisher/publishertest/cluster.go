@@ -25,8 +25,19 @@ type Cluster struct {
 // StartCluster starts n nodes in new temporary directories and waits until
 // each accepts AMQP connections and they have formed one cluster (about
 // 20-30 s on 2 cores). Kill and Start restart one node with its data, which
-// rejoins the cluster.
+// rejoins the cluster. A node that finds one of its ports taken (they are
+// picked free before the nodes bind them) makes the whole cluster start
+// again on new ports, up to three times.
 func StartCluster(n int) (*Cluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startClusterOnce(n)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "eaddrinuse") {
+			return c, err
+		}
+	}
+}
+
+func startClusterOnce(n int) (*Cluster, error) {
 	if _, err := os.Stat(rabbitBin + "rabbitmq-server"); err != nil {
 		return nil, fmt.Errorf("rabbitmq-server: %w", shardtest.ErrNoBinary)
 	}

@@ -20,10 +20,15 @@ type Cluster struct {
 }
 
 // clusterPort returns a port p such that p and its cluster bus port
-// p+10000 were both free a moment ago.
+// p+10000 were both free a moment ago, both below the ephemeral range
+// (see FreePort).
 func clusterPort() (int, error) {
+	span := ephemeralLow() - 10000 - 10000
+	if span < 1000 {
+		span = 1000
+	}
 	for range 100 {
-		p := 20000 + rand.IntN(25000)
+		p := 10000 + rand.IntN(span)
 		a, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 		if err != nil {
 			continue

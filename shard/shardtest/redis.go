@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -208,13 +209,53 @@ func Namespace(tb testing.TB) string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+//
+// It picks at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), where the port of an outgoing connection
+// never comes from: a port taken from that range (":0") is free when it is
+// picked, but the suite opens thousands of client connections, and one of
+// them may take it before the server binds it, or while a killed server is
+// down before its restart on the same port. Another test may still pick the
+// same port at the same moment; the servers that see EADDRINUSE start again
+// on new ports.
 func FreePort() (int, error) {
+	lo, hi := 10000, ephemeralLow()
+	for range 200 {
+		if hi-lo < 1000 {
+			break // no room below the ephemeral range
+		}
+		p := lo + mrand.IntN(hi-lo)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 if
+// it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // FreePorts returns n free loopback ports (see FreePort).
