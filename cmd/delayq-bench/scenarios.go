@@ -604,6 +604,10 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 		b.res.Notes = append(b.res.Notes, fmt.Sprintf("%s: filling %d messages ended after they fell due", what, n))
 	}
 	sleep(ctx, time.Until(at))
+	depth, err := b.sampleQueue(ctx, ns)
+	if err != nil {
+		return 0, 0, nil, err
+	}
 	cpu0 := b.sampleCPU(f)
 	var profiled sync.WaitGroup
 	if b.c.profileDir != "" {
@@ -614,11 +618,69 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 		return 0, 0, nil, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
 	}
 	cpu = b.sampleCPU(f).since(cpu0, n)
+	q := depth()
 	profiled.Wait()
 	t.mu.Lock()
 	drain = t.last.Sub(t.first)
 	t.mu.Unlock()
+	say("  %s, k=%d: messages ready in the broker queue during the drain: mean %.0f, max %d (%d samples)", what, k, q.mean, q.max, q.n)
 	return float64(n) / drain.Seconds(), drain, cpu, nil
+}
+
+// queueDepth summarises the samples of a broker queue's ready messages.
+type queueDepth struct {
+	mean float64
+	max  int
+	n    int
+}
+
+// sampleQueue reads the ready messages of queue ns every 50 ms (a passive
+// declare on a connection of its own) until the returned function is
+// called, which returns the summary. A backlog in the broker queue means
+// the consumer, not the scanners, set the pace, and RabbitMQ spends more
+// per message on a queue with a backlog than on one whose consumer waits.
+func (b *bench) sampleQueue(ctx context.Context, ns string) (func() queueDepth, error) {
+	conn, err := amqp.Dial(b.rabbit.URL)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var q queueDepth
+	var sum int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			st, err := ch.QueueDeclarePassive(ns, true, false, false, false, nil)
+			if err != nil {
+				return
+			}
+			q.n++
+			sum += st.Messages
+			q.max = max(q.max, st.Messages)
+		}
+	}()
+	return func() queueDepth {
+		cancel()
+		<-done
+		_ = conn.Close()
+		if q.n > 0 {
+			q.mean = float64(sum) / float64(q.n)
+		}
+		return q
+	}, nil
 }
 
 // saturated drains a backlog with each claim batch k in several rounds,
