@@ -216,8 +216,9 @@ func Namespace(tb testing.TB) string {
 // picked, but the suite opens thousands of client connections, and one of
 // them may take it before the server binds it, or while a killed server is
 // down before its restart on the same port. Another test may still pick the
-// same port at the same moment; the servers that see EADDRINUSE start again
-// on new ports.
+// same port at the same moment (1 in about 20,000 per pair of picks); a
+// RabbitMQ node, the slowest server to start, starts again on new ports
+// when it sees EADDRINUSE.
 func FreePort() (int, error) {
 	lo, hi := 10000, ephemeralLow()
 	for range 200 {
