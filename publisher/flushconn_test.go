@@ -168,6 +168,32 @@ func TestFlushConnCloseDrains(t *testing.T) {
 	if _, err := f.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("write after close: %v", err)
 	}
+	if err := f.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// Close ends a gather wait at once and sends what was gathered, even when
+// the gather time is longer than Close's drain bound (the write deadline
+// Close sets once ran out while the flusher slept, and the bytes were lost).
+func TestFlushConnCloseEndsTheGather(t *testing.T) {
+	f, peer := gatheringPair(t, 5*closeDrain)
+	if _, err := f.Write([]byte("gathered")); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing comes before the gather time: the flusher is waiting it out.
+	buf := make([]byte, 64)
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := peer.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read %q, %v right after the write: want nothing until the gather time is over", buf[:n], err)
+	}
+	_ = peer.SetReadDeadline(time.Time{})
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(peer); string(b) != "gathered" {
+		t.Fatalf("after Close the peer read %q, want %q", b, "gathered")
+	}
 }
 
 // A failed socket write fails every later Write: the AMQP client then
