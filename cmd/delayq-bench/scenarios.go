@@ -624,6 +624,9 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 	drain = t.last.Sub(t.first)
 	t.mu.Unlock()
 	say("  %s, k=%d: messages ready in the broker queue during the drain: mean %.0f, max %d (%d samples)", what, k, q.mean, q.max, q.n)
+	if q.err != nil {
+		say("  %s, k=%d: sampling the broker queue stopped early: %v", what, k, q.err)
+	}
 	return float64(n) / drain.Seconds(), drain, cpu, nil
 }
 
@@ -632,6 +635,7 @@ type queueDepth struct {
 	mean float64
 	max  int
 	n    int
+	err  error // what stopped the sampling early, if anything
 }
 
 // sampleQueue reads the ready messages of queue ns every 50 ms (a passive
@@ -665,6 +669,7 @@ func (b *bench) sampleQueue(ctx context.Context, ns string) (func() queueDepth, 
 			}
 			st, err := ch.QueueDeclarePassive(ns, true, false, false, false, nil)
 			if err != nil {
+				q.err = err
 				return
 			}
 			q.n++
