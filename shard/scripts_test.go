@@ -1175,4 +1175,25 @@ func TestUpsertBatch(t *testing.T) {
 	if st, _ := b.store.Stats(b.ctx, 1); st[0].Dead != 0 || st[0].Enqueued != 4 {
 		t.Errorf("stats after upsert: %+v (want no dead, 4 created)", st[0])
 	}
+	// One id twice in one batch: the later message wins, body and due time,
+	// as two calls in that order would leave it.
+	res, err = b.prod.UpsertBatch(b.ctx, []shard.Message{
+		{ID: "twice", Topic: "first", Delay: time.Hour}, {ID: "twice", Topic: "second", Delay: 3 * time.Hour}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("upsert of one id twice: %v %+v", err, res)
+	}
+	info, _ := b.prod.Inspect(b.ctx, "twice")
+	if info.Envelope == nil || info.Envelope.Topic != "second" || time.Until(info.At) < 2*time.Hour {
+		t.Errorf("after upserting one id twice: topic %v, due in %s; want the second's (3h)", info.Envelope, time.Until(info.At).Round(time.Minute))
+	}
+	// Without upsert the second is a duplicate and the first stays.
+	res, err = b.prod.EnqueueBatch(b.ctx, []shard.Message{
+		{ID: "once", Topic: "first", Delay: time.Hour}, {ID: "once", Topic: "second", Delay: 3 * time.Hour}})
+	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, shard.ErrDuplicate) {
+		t.Fatalf("enqueue of one id twice: %v %+v", err, res)
+	}
+	info, _ = b.prod.Inspect(b.ctx, "once")
+	if info.Envelope == nil || info.Envelope.Topic != "first" || time.Until(info.At) > 2*time.Hour {
+		t.Errorf("after enqueueing one id twice: topic %v, due in %s; want the first's (1h)", info.Envelope, time.Until(info.At).Round(time.Minute))
+	}
 }
