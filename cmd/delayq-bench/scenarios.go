@@ -614,11 +614,13 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 		// The first 2 s of the drain (60,000 messages take 2-4 s here).
 		profiled.Go(func() { b.profile(ctx, f, fmt.Sprintf("%s-k%d-s%d", what, k, scanners), 2*time.Second) })
 	}
-	if !t.waitFor(ctx, n, time.Duration(n/500+60)*time.Second) {
+	delivered := t.waitFor(ctx, n, time.Duration(n/500+60)*time.Second)
+	q := depth() // stops the sampler, also when the drain failed
+	if !delivered {
+		profiled.Wait()
 		return 0, 0, nil, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
 	}
 	cpu = b.sampleCPU(f).since(cpu0, n)
-	q := depth()
 	profiled.Wait()
 	t.mu.Lock()
 	drain = t.last.Sub(t.first)
