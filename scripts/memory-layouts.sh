@@ -16,6 +16,9 @@
 #
 # Usage: scripts/memory-layouts.sh [messages]   (needs redis-server, python3)
 set -euo pipefail
+for bin in redis-server redis-cli python3; do
+  command -v "$bin" >/dev/null || { echo "memory-layouts.sh: $bin not found (scripts/install.sh installs it)" >&2; exit 1; }
+done
 n=${1:-1000000}
 dir=$(mktemp -d)
 port=$((20000 + RANDOM % 10000))
@@ -59,6 +62,7 @@ for layout in today env-zset env-zset+index buckets; do
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/data" \
     --daemonize yes --logfile "$dir/redis.log" "${extra[@]}" >/dev/null
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p "$port" ping >/dev/null 2>&1 || { echo "memory-layouts.sh: redis-server on port $port did not start:" >&2; cat "$dir/redis.log" >&2; exit 1; }
   before=$(used)
   python3 "$dir/gen.py" "$layout" "$n" | redis-cli -p "$port" --pipe >/dev/null
   after=$(used)
