@@ -211,14 +211,15 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t%s\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
 			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared, strings.Join(each, " "))
 	}
-	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later; load as a fraction of (d), or of -limit)\tof (d) after\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\t")
+	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later; load as a fraction of (d), or of -limit)\tof (d) after\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\tthreads waiting for a CPU\t")
 	for _, s := range r.Steady {
-		busy := "-"
+		busy, waiting := "-", "-"
 		if s.CPU != nil {
 			busy = fmt.Sprintf("%.2f of %d", s.CPU.TotalBusy, runtime.NumCPU())
+			waiting = fmt.Sprintf("%.2f", s.CPU.Waiting)
 		}
-		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t<=%s\t<=%s\t%s\t\n", s.Batch, s.Scanners,
-			100*s.Load, s.Rate, 100*s.OfSharedAfter, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing, ms(s.ClaimP50), ms(s.ClaimP99), busy)
+		fmt.Fprintf(tw, "k=%d, %d scanner(s), %.0f%% of limit (%.0f/s)\t%.0f%%\t%.0f\t%s\t%s\t%s\t%s\t%d\t%d\t<=%s\t<=%s\t%s\t%s\t\n", s.Batch, s.Scanners,
+			100*s.Load, s.Rate, 100*s.OfSharedAfter, s.Dispatch, ms(s.P50), ms(s.P99), ms(s.P999), ms(s.Max), s.Early, s.Missing, ms(s.ClaimP50), ms(s.ClaimP99), busy, waiting)
 	}
 	if len(r.Burst) > 0 {
 		fmt.Fprintln(tw, "\nBURST (all due at one millisecond)\tdrain msg/s\tsaturated just before\tof saturated\tdrain time\tslowest cmd\tcmds > 5 ms\tof all cmds\t")
