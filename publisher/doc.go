@@ -17,8 +17,9 @@
 // The client library writes each publish to the socket on its own; the
 // connection is wrapped so that publishes made while a write is under way
 // go out together in the next one (flushConn), and a publish that follows
-// a pause waits Options.Gather (1 ms) for the next ones to share its write.
-// That cuts the write syscalls of the publisher and, more, the reads and
+// a pause first lets the goroutines that are ready to publish go ahead
+// (or waits Options.Gather, when set) so that they share its write. That
+// cuts the write syscalls of the publisher and, more, the reads and
 // confirms of the broker: at a steady load the publishes come a few at a
 // time, and the broker spends much less per message when it reads and
 // confirms them together. While publishes keep coming nothing waits.

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,4 +209,74 @@ func TestFlushConnReportsWriteErrors(t *testing.T) {
 		_, err := f.Write([]byte("publish"))
 		return err != nil
 	}, func() string { return "writes kept succeeding on a connection that cannot send" })
+}
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// With no gather time, a write after a pause lets the goroutines that are
+// ready to write go first, so the writes of one moment (the workers a
+// claim reply wakes) share one socket write, without a timed wait. With
+// one P, as `delayq scan` runs, every goroutine woken at once writes
+// before the flusher sends.
+func TestFlushConnYieldsToReadyWriters(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { _ = peer.Close() })
+	counted := &countingConn{Conn: raw}
+	f := newFlushConn(counted, 0)
+	defer f.Close()
+
+	const writers = 32
+	for round := range 3 {
+		var ready, done sync.WaitGroup
+		start := make(chan struct{})
+		for i := range writers {
+			ready.Add(1)
+			done.Go(func() {
+				ready.Done()
+				<-start
+				if _, err := f.Write([]byte{byte(i)}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		ready.Wait()
+		before := counted.writes.Load()
+		close(start) // every writer is ready at once
+		done.Wait()
+		buf := make([]byte, writers)
+		_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(peer, buf); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if n := counted.writes.Load() - before; n != 1 {
+			t.Errorf("round %d: %d writers ready at once went out in %d socket writes, want 1", round, writers, n)
+		}
+	}
 }

@@ -121,8 +121,10 @@ type Options struct {
 	// never delayed. The wait is per socket write, not per publish: the
 	// connection handshake and each synchronous channel call (open,
 	// confirm mode, ExchangeExists when not cached) also wait it once, so
-	// a reconnect takes a few Gathers longer. Default 1ms; negative: write
-	// at once.
+	// a reconnect takes a few Gathers longer. Default 0 (negative is the
+	// same): no timed wait; the write after a pause only lets the
+	// goroutines that are ready to publish go first, which gathers the
+	// publishes of one claim round without adding latency (flushConn).
 	Gather time.Duration
 }
 
@@ -144,9 +146,6 @@ func (o *Options) defaults() {
 	}
 	if o.Probation == 0 {
 		o.Probation = 10 * time.Second
-	}
-	if o.Gather == 0 {
-		o.Gather = time.Millisecond
 	}
 }
 
