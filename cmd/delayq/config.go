@@ -65,7 +65,7 @@ type Config struct {
 	Window              int           `envconfig:"WINDOW" default:"256" desc:"scan: most messages a process holds claimed and not yet confirmed by the broker (at least CLAIM_BATCH); a full window stops claims. Bounds a process to WINDOW / confirm round trip msg/s; more unconfirmed publishes cost the broker more CPU per message"`
 	Lease               time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxRefusals         int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
-	PublishGather       time.Duration `envconfig:"PUBLISH_GATHER" default:"1ms" desc:"scan: a publish after a pause waits this long for the next ones to share its socket write (the broker reads and confirms them together: less broker CPU at steady loads, about this much more latency); 0 = write at once"`
+	PublishGather       time.Duration `envconfig:"PUBLISH_GATHER" default:"0" desc:"scan: a publish after a pause waits this long for the next ones to share its socket write (the broker reads and confirms them together: a little less broker CPU at steady loads, about this much more latency); 0 = no wait: only the publishes ready at that moment share it"`
 	MaxBody             int           `envconfig:"MAX_BODY" default:"1048576" desc:"enqueue: largest message body in bytes"`
 	MaxPending          int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile          string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
@@ -248,7 +248,7 @@ func (c Config) validateScan() error {
 	case c.MaxRefusals < 1 || c.MaxRefusals > 1000:
 		return fmt.Errorf("%s_MAX_REFUSALS: %d, want 1 to 1000", envPrefix, c.MaxRefusals)
 	case c.PublishGather < 0 || c.PublishGather > 100*time.Millisecond:
-		return fmt.Errorf("%s_PUBLISH_GATHER: %s, want 0 to 100ms (e.g. 1ms)", envPrefix, c.PublishGather)
+		return fmt.Errorf("%s_PUBLISH_GATHER: %s, want 0 (no wait) to 100ms (e.g. 1ms)", envPrefix, c.PublishGather)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
 	case c.IngressPrefetch < 1 || c.IngressPrefetch > 65535:
@@ -319,15 +319,6 @@ func (c Config) ingressRoutes() ([]ingress.Route, error) {
 		routes = append(routes, ingress.Route{Queue: q, Exchange: x})
 	}
 	return routes, nil
-}
-
-// publishGather is DELAYQ_PUBLISH_GATHER as publisher.Options wants it
-// (0 there means the default; off is negative).
-func (c Config) publishGather() time.Duration {
-	if c.PublishGather == 0 {
-		return -1
-	}
-	return c.PublishGather
 }
 
 func (c Config) scannerConfig() scanner.Config {
