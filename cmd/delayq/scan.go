@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -27,10 +28,33 @@ func scanCommand() command {
 // scanGCPercent is the scanner's GOGC unless the environment sets one.
 const scanGCPercent = 400
 
+// scanProcs is the scanner's GOMAXPROCS unless the environment sets one.
+//
+// A scan process is a pipeline of goroutines that hand each message to
+// one another several times (worker, claimer, flusher, the AMQP reader,
+// confirm listener, settler, ack batcher) and spends most of its time
+// waiting on Redis and the broker: 15-35 µs of CPU a message, under half a
+// core at the benchmark's saturated rates. With more than one P, each
+// hand-off to a goroutine while another P is idle wakes a second OS thread
+// to look for work, which on shared cores costs a context switch and a
+// wait in the run queue for nothing. On the 2-core benchmark box
+// (2026-11-25, steady loads at half the shared-core limit, two interleaved
+// runs each) one P put the scanners on a CPU 18-31 % fewer times a
+// message, made them wait in the run queue 20-40 % less and spend 5-15 %
+// less CPU; with the yielding publish gather (publisher.flushConn) p50
+// lateness fell in every run and saturated dispatch rose by 3-6 points of
+// that limit (README, "Measured here"). A process that needs more than a
+// core is better split into more processes (the fleet scales out);
+// GOMAXPROCS overrides this.
+const scanProcs = 1
+
 func runScan(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 {
 		fmt.Fprintf(e.stderr, "delayq scan: unexpected arguments %q\n", args)
 		return exitUsage
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(scanProcs)
 	}
 	if os.Getenv("GOGC") == "" {
 		// A scanner's heap is small and short-lived (a few MB of messages
@@ -67,7 +91,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	pub, err := publisher.New(publisher.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-scanner " + host,
-		Gather: c.publishGather()}, e.log)
+		Gather: c.PublishGather}, e.log)
 	if err != nil {
 		return e.fail("scan", err)
 	}
