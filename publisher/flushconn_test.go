@@ -26,6 +26,14 @@ func pipePair(t *testing.T) (*flushConn, net.Conn) {
 // gatheringPair is pipePair with a gather time.
 func gatheringPair(t *testing.T, gather time.Duration) (*flushConn, net.Conn) {
 	t.Helper()
+	c, peer := tcpPair(t)
+	return newFlushConn(c, gather), peer
+}
+
+// tcpPair returns both ends of a loopback TCP connection; the test closes
+// the second.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +53,7 @@ func gatheringPair(t *testing.T, gather time.Duration) (*flushConn, net.Conn) {
 		t.Fatal("accept failed")
 	}
 	t.Cleanup(func() { _ = peer.Close() })
-	return newFlushConn(c, gather), peer
+	return c, peer
 }
 
 // Concurrent writes each arrive whole and, per writer, in order: frames
@@ -229,25 +237,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // before the flusher sends.
 func TestFlushConnYieldsToReadyWriters(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { _ = peer.Close() })
+	raw, peer := tcpPair(t)
 	counted := &countingConn{Conn: raw}
 	f := newFlushConn(counted, 0)
 	defer f.Close()
