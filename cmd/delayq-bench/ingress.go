@@ -38,6 +38,8 @@ type ingressResult struct {
 	Shared   float64 `json:"shared_limit"`
 	OfShared float64 `json:"of_shared_limit"`
 	CPU      *cpuUse `json:"cpu"`
+	// MeanBatch is the messages per batch the ingress wrote to Redis.
+	MeanBatch float64 `json:"mean_batch"`
 }
 
 const ingressPrefetch = 1024
@@ -88,6 +90,13 @@ func (b *bench) ingress(ctx context.Context) error {
 	}
 	took := time.Since(first)
 	cpu := b.sampleCPU(f).since(cpu0, n-int(c0))
+	// How many batches the ingress wrote for the n messages: the size of
+	// its gathers, which sets the broker's acks and Redis's calls per
+	// message.
+	batches := uint64(0)
+	if hs, err := f.scrapeHistograms(ctx, "delayq_ingress_batch_size"); err == nil {
+		batches = hs["delayq_ingress_batch_size"].count
+	}
 	f.stop()
 	// Ceiling (i) again after the run; the higher of the two counts (the
 	// broker's speed drifts over a run).
@@ -103,8 +112,11 @@ func (b *bench) ingress(ctx context.Context) error {
 		r.OfShared = r.Rate / r.Shared
 	}
 	b.res.Ingress = r
-	say("ingress: %.0f msg/s (%.0f%% of the lower ceiling, %.0f%% of the shared-core limit %.0f); CPU %s",
-		r.Rate, 100*r.OfLower, 100*r.OfShared, r.Shared, r.CPU)
+	if batches > 0 {
+		r.MeanBatch = float64(n) / float64(batches)
+	}
+	say("ingress: %.0f msg/s (%.0f%% of the lower ceiling, %.0f%% of the shared-core limit %.0f), %.0f messages a batch; CPU %s",
+		r.Rate, 100*r.OfLower, 100*r.OfShared, r.Shared, r.MeanBatch, r.CPU)
 	b.rdb.FlushAll(ctx)
 	return nil
 }
