@@ -56,6 +56,18 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return c, peer
 }
 
+// nothingFor fails the test if peer receives anything within d (the
+// flusher should still be gathering), then clears the read deadline.
+func nothingFor(t *testing.T, peer net.Conn, d time.Duration) {
+	t.Helper()
+	buf := make([]byte, 64)
+	_ = peer.SetReadDeadline(time.Now().Add(d))
+	if n, err := peer.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read %q, %v right after the write: want nothing until the gather time is over", buf[:n], err)
+	}
+	_ = peer.SetReadDeadline(time.Time{})
+}
+
 // Concurrent writes each arrive whole and, per writer, in order: frames
 // from different publishes never interleave.
 func TestFlushConnKeepsWritesWhole(t *testing.T) {
@@ -123,14 +135,11 @@ func TestFlushConnGathersAfterAPause(t *testing.T) {
 	if _, err := f.Write([]byte("first,")); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64)
-	_ = peer.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if n, err := peer.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read %q, %v right after the write: want nothing until the gather time is over", buf[:n], err)
-	}
+	nothingFor(t, peer, 100*time.Millisecond)
 	if _, err := f.Write([]byte("second")); err != nil {
 		t.Fatal(err)
 	}
+	buf := make([]byte, 64)
 	_ = peer.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := peer.Read(buf)
 	if err != nil || string(buf[:n]) != "first,second" {
@@ -192,12 +201,7 @@ func TestFlushConnCloseEndsTheGather(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing comes before the gather time: the flusher is waiting it out.
-	buf := make([]byte, 64)
-	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if n, err := peer.Read(buf); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read %q, %v right after the write: want nothing until the gather time is over", buf[:n], err)
-	}
-	_ = peer.SetReadDeadline(time.Time{})
+	nothingFor(t, peer, 200*time.Millisecond)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
