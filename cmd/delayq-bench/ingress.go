@@ -94,7 +94,9 @@ func (b *bench) ingress(ctx context.Context) error {
 	// its gathers, which sets the broker's acks and Redis's calls per
 	// message.
 	batches := uint64(0)
-	if hs, err := f.scrapeHistograms(ctx, "delayq_ingress_batch_size"); err == nil {
+	if hs, err := f.scrapeHistograms(ctx, "delayq_ingress_batch_size"); err != nil {
+		say("ingress: batch sizes not read: %v", err)
+	} else {
 		batches = hs["delayq_ingress_batch_size"].count
 	}
 	f.stop()
