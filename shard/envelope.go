@@ -1,11 +1,19 @@
 package shard
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// This file holds the envelope: what Redis stores for a message, its
+// format versions and the header values it carries. encode.go writes it,
+// decode.go reads it.
 
 // Envelope is what Redis stores for a message (in the shard's msg hash):
 // everything needed to publish it, but not its due time (the due ZSET score)
@@ -128,235 +136,187 @@ const envelopeV1 = 0x01
 // that needs nothing new (a fleet can be upgraded scanners first).
 const envelopeV2 = 0x02
 
-// AppendEnvelope appends the encoding of e to dst and returns the extended
-// slice. It allocates only when dst lacks capacity. Header values must be
-// normalized (Message and Delivery do it; see normalizeValue).
-func AppendEnvelope(dst []byte, e *Envelope) []byte {
-	if e.needsV2() {
-		return appendEnvelopeV2(dst, e)
-	}
-	dst = e.appendHead(dst, envelopeV1)
-	dst = binary.AppendUvarint(dst, uint64(len(e.Headers)))
-	for _, h := range e.Headers {
-		dst = appendStr(dst, h.Key)
-		dst = appendStr(dst, h.Value.(string))
-	}
-	dst = binary.AppendUvarint(dst, uint64(len(e.Body)))
-	return append(dst, e.Body...)
-}
+// Header values are AMQP 0-9-1 field values, as github.com/rabbitmq/amqp091-go
+// reads them from a delivery and writes them to a publish. Each Go type is
+// one AMQP type, so a value keeps its type from producer to consumer:
+//
+//	Go type        AMQP type (RabbitMQ's tag)
+//	nil            void (V)
+//	bool           boolean (t)
+//	int8, uint8    short-short int, signed (b) and unsigned (B)
+//	int16, uint16  short int (s, u)
+//	int32, uint32  long int (I, i)
+//	int64          long-long int (l)
+//	float32        float (f)
+//	float64        double (d)
+//	amqp.Decimal   decimal (D)
+//	string         long string (S)
+//	[]byte         byte array (x)
+//	time.Time      timestamp, whole seconds (T)
+//	amqp.Table     nested table (F); a map[string]any is taken as one
+//	[]any          array (A)
+//
+// A Go int is accepted too and kept as an int64 (amqp091-go would cut it to
+// 32 bits). Nothing else is a header value.
 
-// appendHead appends the fields both versions start with.
-func (e *Envelope) appendHead(dst []byte, version byte) []byte {
-	dst = append(dst, version)
-	dst = binary.AppendVarint(dst, e.EnqueuedMs)
-	dst = appendStr(dst, e.Topic)
-	dst = appendStr(dst, e.Exchange)
-	dst = appendStr(dst, e.RoutingKey)
-	return appendStr(dst, e.ContentType)
-}
+// Limits of the typed headers of a message. Exceeding one is an ErrInvalid.
+const (
+	MaxHeaderDepth = 8        // nested tables and arrays inside a header value
+	MaxHeaderBytes = 64 << 10 // all headers of a message, encoded
+)
 
-// needsV2 reports whether e has something format v1 cannot hold.
-func (e *Envelope) needsV2() bool {
-	if !e.Properties.IsZero() {
-		return true
-	}
-	for _, h := range e.Headers {
-		if _, ok := h.Value.(string); !ok {
-			return true
+// field tags: RabbitMQ's, so that an envelope's bytes read like AMQP's.
+const (
+	tagVoid      = 'V'
+	tagBool      = 't'
+	tagInt8      = 'b'
+	tagUint8     = 'B'
+	tagInt16     = 's'
+	tagUint16    = 'u'
+	tagInt32     = 'I'
+	tagUint32    = 'i'
+	tagInt64     = 'l'
+	tagFloat32   = 'f'
+	tagFloat64   = 'd'
+	tagDecimal   = 'D'
+	tagString    = 'S'
+	tagBytes     = 'x'
+	tagTimestamp = 'T'
+	tagTable     = 'F'
+	tagArray     = 'A'
+)
+
+// normalizeValue checks that v is a header value and returns it in the one
+// Go type the decoder gives back (int → int64, map[string]any →
+// amqp.Table, a timestamp truncated to the second in UTC). path names the
+// value in errors, e.g. "headers[trace].spans[2]".
+func normalizeValue(path string, v any, depth int) (any, error) {
+	switch x := v.(type) {
+	case nil, bool, int8, uint8, int16, uint16, int32, uint32, int64, float32, float64, amqp.Decimal, []byte:
+		return v, nil
+	case string:
+		return v, nil
+	case int:
+		return int64(x), nil
+	case time.Time:
+		if x.Unix() < 0 || x.Unix() > maxTimestamp {
+			return nil, invalid(path, "timestamp %s is outside 1970..9999", x.UTC().Format(time.RFC3339))
 		}
-	}
-	return false
-}
-
-func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
-	dst = e.appendHead(dst, envelopeV2)
-	p := e.Properties
-	mask := p.mask()
-	dst = binary.AppendUvarint(dst, mask)
-	for i, s := range p.strings() {
-		if mask&(1<<i) != 0 {
-			dst = appendStr(dst, *s)
+		return time.Unix(x.Unix(), 0).UTC(), nil
+	case map[string]any:
+		return normalizeTable(path, amqp.Table(x), depth+1)
+	case amqp.Table:
+		return normalizeTable(path, x, depth+1)
+	case []any:
+		if depth+1 > MaxHeaderDepth {
+			return nil, invalid(path, "nested more than %d deep", MaxHeaderDepth)
 		}
-	}
-	if mask&propPriority != 0 {
-		dst = append(dst, p.Priority)
-	}
-	if mask&propDeliveryMode != 0 {
-		dst = append(dst, p.DeliveryMode)
-	}
-	if mask&propTimestamp != 0 {
-		dst = binary.AppendVarint(dst, p.Timestamp.Unix())
-	}
-	dst = binary.AppendUvarint(dst, uint64(len(e.Headers)))
-	for _, h := range e.Headers {
-		dst = appendStr(dst, h.Key)
-		dst = appendValue(dst, h.Value)
-	}
-	dst = binary.AppendUvarint(dst, uint64(len(e.Body)))
-	return append(dst, e.Body...)
-}
-
-// EncodedSize is an upper bound of len(AppendEnvelope(nil, e)) when every
-// header is a string, and a good first guess otherwise.
-func (e *Envelope) EncodedSize() int {
-	n := 3 + binary.MaxVarintLen64*(8+2*len(e.Headers)) + len(e.Topic) + len(e.Exchange) +
-		len(e.RoutingKey) + len(e.ContentType) + len(e.Body)
-	for _, s := range e.Properties.strings() {
-		n += binary.MaxVarintLen64 + len(*s)
-	}
-	for _, h := range e.Headers {
-		n += len(h.Key)
-		if s, ok := h.Value.(string); ok {
-			n += len(s)
-		} else {
-			n += 16
-		}
-	}
-	return n
-}
-
-func appendStr(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-// DecodeEnvelope parses an envelope written by AppendEnvelope. Errors wrap
-// ErrCorrupt and say which field is wrong. The returned Body does not alias b.
-func DecodeEnvelope(b []byte) (Envelope, error) {
-	var e Envelope
-	if len(b) == 0 {
-		return e, fmt.Errorf("%w: empty", ErrCorrupt)
-	}
-	if b[0] != envelopeV1 && b[0] != envelopeV2 {
-		return e, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, b[0])
-	}
-	v2 := b[0] == envelopeV2
-	d := decoder{b: b[1:]}
-	e.EnqueuedMs = d.varint("enqueued time")
-	e.Topic = d.str("topic")
-	e.Exchange = d.str("exchange")
-	e.RoutingKey = d.str("routing key")
-	e.ContentType = d.str("content type")
-	if v2 {
-		e.Properties = d.properties()
-	}
-	n := d.count("headers", 2)
-	if d.err == nil && n > 0 {
-		e.Headers = make([]Header, n)
-		for i := range e.Headers {
-			k := d.str("header key")
-			if d.err == nil && i > 0 && k <= e.Headers[i-1].Key {
-				d.fail("headers", "keys out of order (%q after %q)", k, e.Headers[i-1].Key)
+		out := make([]any, len(x))
+		for i, e := range x {
+			n, err := normalizeValue(fmt.Sprintf("%s[%d]", path, i), e, depth+1)
+			if err != nil {
+				return nil, err
 			}
-			if v2 {
-				e.Headers[i] = Header{Key: k, Value: d.value("headers."+k, 0)}
-			} else {
-				e.Headers[i] = Header{Key: k, Value: d.str("header value")}
-			}
+			out[i] = n
 		}
+		return out, nil
 	}
-	if d.err == nil && v2 && !e.needsV2() {
-		d.fail("format", "a v2 envelope that v1 holds (no property, only string headers)")
-	}
-	body := d.bytes("body")
-	if d.err != nil {
-		return Envelope{}, d.err
-	}
-	if len(d.b) != 0 {
-		return Envelope{}, fmt.Errorf("%w: %d trailing bytes after body", ErrCorrupt, len(d.b))
-	}
-	if len(body) > 0 {
-		e.Body = append([]byte(nil), body...)
-	}
-	return e, nil
+	return nil, invalid(path, "a %T is not an AMQP field value", v)
 }
 
-// properties reads a v2 property mask and the properties it lists.
-func (d *decoder) properties() Properties {
-	var p Properties
-	mask := d.uvarint("property mask")
-	if d.err != nil {
-		return p
+func normalizeTable(path string, t amqp.Table, depth int) (amqp.Table, error) {
+	if depth > MaxHeaderDepth {
+		return nil, invalid(path, "nested more than %d deep", MaxHeaderDepth)
 	}
-	if mask&^propAll != 0 {
-		d.fail("property mask", "unknown properties 0x%x", mask&^propAll)
-		return p
-	}
-	for i, s := range p.strings() {
-		if mask&(1<<i) != 0 {
-			*s = d.str("property")
-			if d.err == nil && *s == "" {
-				d.fail("property", "property %d is set but empty", i)
-			}
+	out := make(amqp.Table, len(t))
+	for k, v := range t {
+		p := path + "." + k
+		if err := validateFieldName(p, k); err != nil {
+			return nil, err
 		}
+		n, err := normalizeValue(p, v, depth)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = n
 	}
-	if mask&propPriority != 0 {
-		p.Priority = d.byte("priority")
-	}
-	if mask&propDeliveryMode != 0 {
-		p.DeliveryMode = d.byte("delivery mode")
-	}
-	if mask&propTimestamp != 0 {
-		p.Timestamp = d.timestamp("timestamp")
-	}
-	if d.err == nil && p.mask() != mask {
-		d.fail("property mask", "a property is set to its zero value")
-	}
-	return p
+	return out, nil
 }
 
-// decoder reads fields in order and remembers the first error, so that the
-// field sequence in DecodeEnvelope reads like the format.
-type decoder struct {
-	b   []byte
-	err error
+// validateFieldName checks a header or nested-table key: an AMQP short
+// string, which delayq also requires to be UTF-8.
+func validateFieldName(path, k string) error {
+	switch {
+	case k == "":
+		return invalid(path, "empty name")
+	case len(k) > MaxNameLen:
+		return invalid(path, "name of %d bytes, more than %d", len(k), MaxNameLen)
+	case !utf8.ValidString(k):
+		return invalid(path, "name is not valid UTF-8")
+	}
+	return nil
 }
 
-func (d *decoder) fail(field, format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s: %s", ErrCorrupt, field, fmt.Sprintf(format, args...))
+// maxTimestamp is 9999-12-31T23:59:59Z in unix seconds: timestamps are
+// kept in [0, maxTimestamp] (AMQP's are unsigned).
+const maxTimestamp = 253402300799
+
+// FormatValue renders a header value for people: strings as they are,
+// other types in Go syntax with their AMQP type where it is not obvious
+// (int16(5), 2024-01-02T03:04:05Z, decimal 12.34, bytes 0x0102).
+func FormatValue(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "void"
+	case string:
+		return x
+	case bool, int64, float64:
+		return fmt.Sprint(x)
+	case int8, uint8, int16, uint16, int32, uint32, float32:
+		return fmt.Sprintf("%T(%v)", x, x)
+	case amqp.Decimal:
+		return "decimal " + decimalString(x)
+	case []byte:
+		return fmt.Sprintf("bytes 0x%x", x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp.Table:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + ": " + FormatValue(x[k])
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = FormatValue(e)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
-	d.b = nil
+	return fmt.Sprint(v)
 }
 
-func (d *decoder) varint(field string) int64 {
-	if d.err != nil {
-		return 0
+// decimalString writes an AMQP decimal in base 10: value / 10^scale.
+func decimalString(d amqp.Decimal) string {
+	neg := d.Value < 0
+	digits := fmt.Sprint(int64(d.Value))
+	if neg {
+		digits = digits[1:]
 	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		d.fail(field, "bad or non-minimal varint")
-		return 0
+	s := int(d.Scale)
+	if s > 0 {
+		if len(digits) <= s {
+			digits = strings.Repeat("0", s-len(digits)+1) + digits
+		}
+		digits = digits[:len(digits)-s] + "." + digits[len(digits)-s:]
 	}
-	d.b = d.b[n:]
-	return v
+	if neg {
+		return "-" + digits
+	}
+	return digits
 }
-
-func (d *decoder) uvarint(field string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		d.fail(field, "bad or non-minimal length")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes(field string) []byte {
-	n := d.uvarint(field)
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail(field, "length %d exceeds the %d bytes left", n, len(d.b))
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) str(field string) string { return string(d.bytes(field)) }
