@@ -20,41 +20,10 @@ type Dead struct {
 }
 
 // DeadList returns up to limit dead messages of shards [0, shards), oldest
-// first, with their reasons (two pipelined round trips).
+// first, with their reasons: the first page of DeadPage.
 func (s *Store) DeadList(ctx context.Context, shards, limit int) ([]Dead, error) {
-	ranges := make([]*redis.ZSliceCmd, shards)
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range ranges {
-			ranges[i] = p.ZRangeWithScores(ctx, ShardKeys(s.ns, i).Dead, 0, int64(limit-1))
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("list dead messages: %w", err)
-	}
-	var out []Dead
-	for i, r := range ranges {
-		for _, z := range r.Val() {
-			id, _ := z.Member.(string)
-			out = append(out, Dead{ID: id, Shard: i, Since: time.UnixMilli(int64(z.Score))})
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Since.Before(out[b].Since) })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	reasons := make([]*redis.StringCmd, len(out))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for j, d := range out {
-			reasons[j] = p.HGet(ctx, ShardKeys(s.ns, d.Shard).Reason, d.ID)
-		}
-		return nil
-	}); err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("read dead reasons: %w", err)
-	}
-	for j := range out {
-		out[j].Reason = reasons[j].Val()
-	}
-	return out, nil
+	out, _, _, err := s.DeadPage(ctx, shards, DeadCursor{}, limit)
+	return out, err
 }
 
 // DeadCursor is where a page of the dead list ended: the time the last

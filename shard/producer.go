@@ -197,20 +197,19 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 			pm.shard = found[0] // replace it where it is: one atomic script call
 		}
 	}
-	due, err := p.store.enqueue(ctx, pm.shard, m.ID, pm.env, pm.mode, pm.ms, upsert, pm.shardCap)
+	due, err := p.store.enqueue(ctx, pm.shard, pm.enc, upsert, pm.shardCap)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
 	return Scheduled{ID: m.ID, Shard: pm.shard, Due: time.UnixMilli(due)}, nil
 }
 
+// prepared is a message checked and encoded, with the shard it goes to.
 type prepared struct {
 	m        int // the shard count the id was hashed onto
 	shard    int
 	shardCap int // this shard's share of MaxPending, 0 = none
-	env      []byte
-	mode     string
-	ms       int64
+	enc      encodedMessage
 }
 
 func (p *Producer) prepare(m *Message) (prepared, error) {
@@ -226,7 +225,8 @@ func (p *Producer) prepare(m *Message) (prepared, error) {
 	if err != nil {
 		return prepared{}, fmt.Errorf("shard count: %w", err)
 	}
-	pm := prepared{m: n, shard: Of(m.ID, n), env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}
+	pm := prepared{m: n, shard: Of(m.ID, n), enc: encodedMessage{
+		id: m.ID, env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}}
 	if p.maxPending > 0 {
 		pm.shardCap = (p.maxPending + n - 1) / n
 	}
@@ -277,8 +277,16 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			return res, p.failAll(res, todo, err)
 		}
 	}
-	chunks := p.chunks(msgs, preps, todo)
-	for c, cmd := range p.store.enqueueChunks(ctx, msgs, preps, chunks, upsert) {
+	chunks := p.chunks(preps, todo)
+	calls := make([]enqueueChunk, len(chunks))
+	for c, chunk := range chunks {
+		first := preps[chunk[0]]
+		calls[c] = enqueueChunk{shard: first.shard, shardCap: first.shardCap, msgs: make([]encodedMessage, len(chunk))}
+		for j, i := range chunk {
+			calls[c].msgs[j] = preps[i].enc
+		}
+	}
+	for c, cmd := range p.store.enqueueChunks(ctx, calls, upsert) {
 		chunk := chunks[c]
 		v, err := cmd.Slice()
 		if err == nil && len(v) != 2*len(chunk) {
@@ -343,16 +351,16 @@ const (
 	maxEnqueueManyBytes = 1 << 20
 )
 
-// chunks groups the messages todo (indexes into msgs) by shard, in order,
+// chunks groups the messages todo (indexes into preps) by shard, in order,
 // into script calls of at most maxEnqueueMany messages and about
 // maxEnqueueManyBytes of envelopes (a bigger envelope goes alone).
-func (p *Producer) chunks(msgs []Message, preps []prepared, todo []int) [][]int {
+func (p *Producer) chunks(preps []prepared, todo []int) [][]int {
 	var out [][]int
 	open := map[int]int{} // shard -> index in out of its chunk being filled
 	size := map[int]int{} // shard -> bytes of that chunk
 	for _, i := range todo {
 		sh := preps[i].shard
-		n := len(preps[i].env) + len(msgs[i].ID)
+		n := len(preps[i].enc.env) + len(preps[i].enc.id)
 		c, ok := open[sh]
 		if !ok || len(out[c]) >= maxEnqueueMany || size[sh]+n > maxEnqueueManyBytes {
 			out = append(out, nil)

@@ -281,32 +281,47 @@ func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (
 
 // enqueue runs the enqueue script for one message of shard i and returns
 // its due time, or ErrDuplicate, ErrInFlight, ErrCapacity.
-func (s *Store) enqueue(ctx context.Context, i int, id string, env []byte, mode string, ms int64, upsert bool, shardCap int) (int64, error) {
+func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	up := "0"
 	if upsert {
 		up = "1"
 	}
 	return enqueueStatus(s.run1(ctx, enqueueScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled},
-		id, env, mode, ms, up, s.wake, i, shardCap).Slice())
+		m.id, m.env, m.mode, m.ms, up, s.wake, i, shardCap).Slice())
 }
 
-// enqueueChunks runs one enqueueManyScript call per chunk (indexes into
-// msgs and preps, all of one shard), in one round trip; a command per
-// chunk.
-func (s *Store) enqueueChunks(ctx context.Context, msgs []Message, preps []prepared, chunks [][]int, upsert bool) []*redis.Cmd {
+// encodedMessage is one message as the enqueue scripts take it: its id,
+// its envelope (AppendEnvelope), and when it is due (mode and ms, as
+// validateWhen gives them).
+type encodedMessage struct {
+	id   string
+	env  []byte
+	mode string
+	ms   int64
+}
+
+// enqueueChunk is one enqueueManyScript call: messages of one shard, and
+// that shard's share of MaxPending (0 = none).
+type enqueueChunk struct {
+	shard, shardCap int
+	msgs            []encodedMessage
+}
+
+// enqueueChunks runs one enqueueManyScript call per chunk, in one round
+// trip; a command per chunk.
+func (s *Store) enqueueChunks(ctx context.Context, chunks []enqueueChunk, upsert bool) []*redis.Cmd {
 	up := "0"
 	if upsert {
 		up = "1"
 	}
 	calls := make([]call, len(chunks))
-	for c, chunk := range chunks {
-		first := preps[chunk[0]]
-		ks := ShardKeys(s.ns, first.shard)
-		args := make([]any, 0, 5+4*len(chunk))
-		args = append(args, len(chunk), s.wake, first.shard, first.shardCap, up)
-		for _, i := range chunk {
-			args = append(args, msgs[i].ID, preps[i].env, preps[i].mode, preps[i].ms)
+	for c, ch := range chunks {
+		ks := ShardKeys(s.ns, ch.shard)
+		args := make([]any, 0, 5+4*len(ch.msgs))
+		args = append(args, len(ch.msgs), s.wake, ch.shard, ch.shardCap, up)
+		for _, m := range ch.msgs {
+			args = append(args, m.id, m.env, m.mode, m.ms)
 		}
 		calls[c] = call{enqueueManyScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled}, args}
 	}
