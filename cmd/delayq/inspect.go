@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
@@ -24,29 +23,14 @@ func inspectFlags() (*flag.FlagSet, *bool) {
 	return fs, fs.Bool("json", false, "print JSON")
 }
 
-// inspectView is inspect's output.
+// inspectView is inspect's output: the API's view of a message without
+// its body, plus the attempt a consumer sees and the body's size.
 type inspectView struct {
-	ID        string      `json:"id"`
-	Shard     int         `json:"shard"`
-	State     shard.State `json:"state"`
-	At        string      `json:"at,omitempty"`
-	Scheduled string      `json:"scheduled,omitempty"`
-	Attempts  int         `json:"attempts"`
+	httpapi.Message
 	// Attempt is the x-delayq-attempt of the delivery under way (in
 	// flight) or of the next one (scheduled); 0 when unknown or dead.
-	Attempt     int            `json:"attempt,omitempty"`
-	Reason      string         `json:"reason,omitempty"`
-	Topic       string         `json:"topic,omitempty"`
-	Exchange    string         `json:"exchange,omitempty"`
-	RoutingKey  string         `json:"routing_key,omitempty"`
-	ContentType string         `json:"content_type,omitempty"`
-	Properties  map[string]any `json:"properties,omitempty"`
-	// Headers are typed: see shard.ParseJSONValue for the form.
-	Headers   map[string]any `json:"headers,omitempty"`
-	BodyBytes int            `json:"body_bytes"`
-	Corrupt   string         `json:"corrupt,omitempty"`
-	// text renders Headers for the table view.
-	text map[string]string
+	Attempt   int `json:"attempt,omitempty"`
+	BodyBytes int `json:"body_bytes"`
 }
 
 func runInspect(ctx context.Context, e *env, args []string) int {
@@ -67,29 +51,13 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("inspect", err)
 	}
-	v := inspectView{ID: info.ID, Shard: info.Shard, State: info.State, Attempts: info.Attempts, Reason: info.Reason}
-	if !info.At.IsZero() {
-		v.At = info.At.UTC().Format(time.RFC3339Nano)
-	}
-	if !info.Scheduled.IsZero() {
-		v.Scheduled = info.Scheduled.UTC().Format(time.RFC3339Nano)
-	}
+	v := inspectView{Message: httpapi.MessageOf(info)}
+	v.Body, v.BodyBase64 = nil, nil
 	if info.State == shard.StateScheduled || info.State == shard.StateInFlight {
 		v.Attempt = info.Attempts + 1
 	}
-	if env := info.Envelope; env != nil {
-		v.Topic, v.Exchange, v.RoutingKey, v.ContentType, v.BodyBytes = env.Topic, env.Exchange, env.RoutingKey, env.ContentType, len(env.Body)
-		v.Properties = httpapi.PropertiesOf(env.Properties)
-		if len(env.Headers) > 0 {
-			v.Headers, v.text = map[string]any{}, map[string]string{}
-			for _, h := range env.Headers {
-				v.Headers[h.Key] = shard.JSONValue(h.Value)
-				v.text[h.Key] = shard.FormatValue(h.Value)
-			}
-		}
-	}
-	if info.Corrupt != nil {
-		v.Corrupt = info.Corrupt.Error()
+	if info.Envelope != nil {
+		v.BodyBytes = len(info.Envelope.Body)
 	}
 	code := exitOK
 	if info.State == shard.StateUnknown {
@@ -140,8 +108,10 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	for _, k := range slices.Sorted(maps.Keys(v.Properties)) {
 		row(strings.ReplaceAll(k, "_", " "), fmt.Sprint(v.Properties[k]))
 	}
-	for _, k := range slices.Sorted(maps.Keys(v.text)) {
-		row("header "+k, v.text[k])
+	if env := info.Envelope; env != nil {
+		for _, h := range env.Headers { // sorted by key
+			row("header "+h.Key, shard.FormatValue(h.Value))
+		}
 	}
 	if info.Envelope != nil {
 		row("body", fmt.Sprintf("%d bytes", v.BodyBytes))
