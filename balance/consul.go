@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/shard/backoff"
 )
 
 // ErrShardCountUnknown: M has not been read from its source yet and no
@@ -136,7 +137,7 @@ func (w *ConsulWatcher) watch(ctx context.Context, first chan<- error) {
 		}
 	}
 	var waitIndex uint64
-	backoff := 250 * time.Millisecond
+	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	for ctx.Err() == nil {
 		pair, meta, err := w.kv.Get(w.key, (&api.QueryOptions{WaitIndex: waitIndex, WaitTime: 30 * time.Second}).WithContext(ctx))
@@ -153,15 +154,14 @@ func (w *ConsulWatcher) watch(ctx context.Context, first chan<- error) {
 			// A restarted Consul starts its indexes over: a blocking query
 			// with the old index would wait its full time. Read afresh.
 			waitIndex = 0
-			// Half to all of the backoff: a fleet does not retry in lockstep.
-			sleepCtx(ctx, backoff/2+rand.N(backoff/2+1))
-			backoff = min(2*backoff, 5*time.Second)
+			_ = retry.Wait(ctx) // an error: stopping, which the loop checks
 			continue
 		}
 		if failures > 0 {
 			w.log.Info("consul reachable again", zap.String("key", w.key), zap.Int("failures", failures))
 		}
-		failures, backoff = 0, 250*time.Millisecond
+		failures = 0
+		retry.Reset()
 		switch {
 		case meta.LastIndex < waitIndex: // the index went backwards (Consul restarted): start over
 			waitIndex = 0
@@ -206,15 +206,6 @@ func (w *ConsulWatcher) current() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.m
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // ErrBadShardCount wraps what ReadShardCount found in a key that is not a

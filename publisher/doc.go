@@ -54,7 +54,9 @@
 //
 // New, then Start(ctx) launches the goroutine that owns the connection;
 // Close stops it, closes the connection and waits for every goroutine the
-// publisher started. Passwords never appear in logs (Redact).
+// publisher started. It reaches the nodes of a cluster, and waits between
+// reconnects, as the AMQP ingress does, through package amqpdial; a node is
+// named in logs by its URL without the password (amqpdial.Redact).
 //
 // # Non-guarantees
 //

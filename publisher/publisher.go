@@ -6,15 +6,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
+
+	"github.com/delayq/delayq/publisher/amqpdial"
+	"github.com/delayq/delayq/shard/backoff"
 )
 
 // Errors of Publish and Confirm.Wait. A *ReturnedError matches ErrReturned.
@@ -133,14 +134,9 @@ func (o *Options) defaults() {
 		o.Channels = 4
 	}
 	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
+		o.DialTimeout = amqpdial.DialTimeout
 	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = 100 * time.Millisecond
-	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
-	}
+	o.MinBackoff, o.MaxBackoff = amqpdial.Backoff(o.MinBackoff, o.MaxBackoff)
 	if o.ExchangeTTL <= 0 {
 		o.ExchangeTTL = 30 * time.Second
 	}
@@ -190,20 +186,11 @@ func New(opts Options, log *zap.Logger) (*Publisher, error) {
 	}
 	for _, u := range opts.URLs {
 		if _, err := amqp.ParseURI(u); err != nil {
-			return nil, fmt.Errorf("AMQP URL %s: %w", Redact(u), err)
+			return nil, fmt.Errorf("AMQP URL %s: %w", amqpdial.Redact(u), err)
 		}
 	}
 	return &Publisher{opts: opts, log: log.Named("publisher"), readyCh: make(chan struct{}), exSeen: map[string]time.Time{},
 		refused: make(chan error, 1)}, nil
-}
-
-// Redact hides the password of an AMQP (or any) URL for logs and errors.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Start launches the goroutine that owns the connection: it dials, keeps
@@ -312,7 +299,7 @@ func (p *Publisher) setStateLocked(ready, blocked bool) {
 }
 
 func (p *Publisher) superviseConnection(ctx context.Context) {
-	backoff := p.opts.MinBackoff
+	b := backoff.New(p.opts.MinBackoff, p.opts.MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		conn, err := p.connect(ctx)
 		if err != nil {
@@ -339,19 +326,17 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 				default:
 				}
 			}
-			wait := jitter(backoff)
+			wait := b.Next()
 			p.log.Warn("AMQP connect failed; retrying", zap.Int("nodes", len(p.opts.URLs)),
 				zap.Int("attempt", attempt), zap.Duration("backoff", wait), zap.Error(err))
-			select {
-			case <-ctx.Done():
+			if backoff.Sleep(ctx, wait) != nil {
 				return
-			case <-time.After(wait):
 			}
-			backoff = min(2*backoff, p.opts.MaxBackoff)
 			continue
 		}
 		p.log.Info("AMQP connected", zap.String("node", p.Node()), zap.Int("channels", p.opts.Channels))
-		attempt, backoff = 0, p.opts.MinBackoff
+		attempt = 0
+		b.Reset()
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	watch:
@@ -376,10 +361,8 @@ func (p *Publisher) superviseConnection(ctx context.Context) {
 			}
 		}
 		p.dropConnection(conn)
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, backoff.Jitter(p.opts.MinBackoff)) != nil {
 			return
-		case <-time.After(jitter(p.opts.MinBackoff)):
 		}
 	}
 }
@@ -401,19 +384,12 @@ func amqpErr(e *amqp.Error) error {
 
 // connect dials and opens the channel pool.
 func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
-	props := amqp.NewConnectionProperties()
-	if p.opts.ConnectionName != "" {
-		props.SetClientConnectionName(p.opts.ConnectionName)
-	}
 	p.mu.Lock()
 	first := p.next
 	p.mu.Unlock()
-	conn, used, err := DialNodes(ctx, p.opts.URLs, first, amqp.Config{
-		Dial:            dialGathering(p.opts.DialTimeout, p.opts.Gather),
-		Heartbeat:       10 * time.Second,
-		Properties:      props,
-		TLSClientConfig: p.opts.TLS,
-	})
+	cfg := amqpdial.Config(p.opts.ConnectionName, p.opts.TLS)
+	cfg.Dial = dialGathering(p.opts.DialTimeout, p.opts.Gather)
+	conn, used, err := amqpdial.First(ctx, p.opts.URLs, first, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -435,37 +411,13 @@ func (p *Publisher) connect(ctx context.Context) (*amqp.Connection, error) {
 	}
 	p.conn, p.chans = conn, chans
 	// After this node is lost, start with the next one.
-	p.node, p.next = Redact(p.opts.URLs[used]), (used+1)%len(p.opts.URLs)
+	p.node, p.next = amqpdial.Redact(p.opts.URLs[used]), (used+1)%len(p.opts.URLs)
 	p.setStateLocked(true, false)
 	p.mu.Unlock()
 	for _, c := range chans {
 		p.wg.Go(func() { p.handleChannel(conn, connected, c) })
 	}
 	return conn, nil
-}
-
-// DialNodes connects to the first reachable of urls (the nodes of one
-// RabbitMQ cluster), trying them in turn from index first, and returns the
-// connection and the index of the node it reached. With one URL its error
-// is the dial's own; with several, every node's error, each named by its
-// redacted URL.
-func DialNodes(ctx context.Context, urls []string, first int, cfg amqp.Config) (*amqp.Connection, int, error) {
-	var errs []error
-	for i := range urls {
-		used := (first + i) % len(urls)
-		conn, err := amqp.DialConfig(urls[used], cfg)
-		if err == nil {
-			return conn, used, nil
-		}
-		if len(urls) == 1 {
-			return nil, 0, err
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", Redact(urls[used]), err))
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, 0, errors.Join(errs...)
 }
 
 // dialGathering dials like amqp.DefaultDial and wraps the connection in a
@@ -573,9 +525,9 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c 
 		streak := c.streak
 		c.mu.Unlock()
 		if streak > 1 {
-			time.Sleep(jitter(min(p.opts.MinBackoff<<min(streak-2, 10), maxReopenPause)))
+			time.Sleep(backoff.Jitter(min(p.opts.MinBackoff<<min(streak-2, 10), maxReopenPause)))
 		}
-		for backoff := p.opts.MinBackoff; ; backoff = min(2*backoff, p.opts.MaxBackoff) {
+		for b := backoff.New(p.opts.MinBackoff, p.opts.MaxBackoff); ; {
 			nc, err := p.openChannel(conn, connected)
 			if err == nil {
 				c.pubMu.Lock()
@@ -591,7 +543,7 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c 
 				return
 			}
 			p.log.Warn("reopen AMQP channel failed", zap.Error(err))
-			time.Sleep(jitter(backoff))
+			time.Sleep(b.Next())
 		}
 	}
 }
@@ -762,10 +714,8 @@ func (p *Publisher) Publish(ctx context.Context, m Message) (*Confirm, error) {
 		if errors.Is(err, errChannelDead) {
 			// The channel is being reopened; another one, or the same one
 			// shortly, will take the message.
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(10 * time.Millisecond):
+			if err := backoff.Sleep(ctx, 10*time.Millisecond); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -864,10 +814,4 @@ func (p *Publisher) ExchangeExists(ctx context.Context, name string) (bool, erro
 	p.exSeen[name] = time.Now()
 	p.exMu.Unlock()
 	return true, nil
-}
-
-// jitter spreads a backoff over [d/2, d), so that a fleet whose broker
-// went away does not reconnect in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
 }

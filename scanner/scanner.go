@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/router"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/backoff"
 )
 
 // Config tunes a Scanner. Zero fields take the documented defaults.
@@ -69,8 +70,8 @@ type Config struct {
 	// it must hold the claims under way as well as the publishes the broker
 	// has unconfirmed; with too few places the pipeline waits with CPU to
 	// spare, with too many the broker spends more CPU per message. Saturated
-	// on two shared cores (2026-11-25, each drain between two measurements
-	// of the shared-core limit, two runs of three rounds each, interleaved):
+	// on two shared cores (each drain between two measurements of the
+	// shared-core limit, two runs of three rounds each, interleaved):
 	// 128 reached 86-94 / 70-79 / 68-77 % of that limit at k = 1 / 8 / 32
 	// with the box 1.66-1.82 cores busy, 256 86-106 / 75-90 / 65-87 % with
 	// 1.74-1.88, 384 88-111 / 69-97 / 72-91 % but with RabbitMQ at 33-65 µs
@@ -378,7 +379,7 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 	empty, idle, fromBoard := 0, false, false
 	hw := 0 // high-water mark, from the last cursor visit
 	reply := make(chan claimReply, 1)
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(50*time.Millisecond, 2*time.Second) // while Redis fails
 	for claimCtx.Err() == nil {
 		if err := s.d.Publisher.WaitReady(claimCtx); err != nil {
 			return // stopping; nothing is claimed that cannot be published
@@ -404,8 +405,7 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 			var err error
 			if i, covered, err = s.d.Cursor.Next(workCtx); err != nil {
 				s.errLog.warn("pick next shard", err)
-				sleep(claimCtx, backoff)
-				backoff = min(2*backoff, 2*time.Second)
+				_ = retry.Wait(claimCtx) // an error: stopping, which the loop checks
 				continue
 			}
 			hw = covered
@@ -413,15 +413,14 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 		n, drained, err := s.visit(claimCtx, workCtx, i, reply)
 		if err != nil {
 			s.errLog.warn("claim", err)
-			sleep(claimCtx, backoff)
-			backoff = min(2*backoff, 2*time.Second)
+			_ = retry.Wait(claimCtx) // an error: stopping, which the loop checks
 			// The board forgot shard i when it handed it out: visit from
 			// the cursor until a visit drains a shard, so heads lost with
 			// the failed claims are learned again.
 			idle = false
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.Reset()
 		switch {
 		case !drained:
 			// The visit budget ran out with messages still due: a
@@ -440,15 +439,6 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 				idle = true
 			}
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/delayq/delayq/balance"
-	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/publisher/amqpdial"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/ingress"
@@ -190,7 +190,7 @@ func (c Config) validate() error {
 	}
 	for i, u := range c.amqpURLs() {
 		if _, err := amqp.ParseURI(u); err != nil {
-			return fmt.Errorf("%s_AMQP_URL: URL %d (%s): %w", envPrefix, i+1, publisher.Redact(u), err)
+			return fmt.Errorf("%s_AMQP_URL: URL %d (%s): %w", envPrefix, i+1, amqpdial.Redact(u), err)
 		}
 	}
 	if c.amqpTLS() {
@@ -290,7 +290,7 @@ func (c Config) amqpTLS() bool {
 func (c Config) amqpNodes() string {
 	urls := c.amqpURLs()
 	for i, u := range urls {
-		urls[i] = publisher.Redact(u)
+		urls[i] = amqpdial.Redact(u)
 	}
 	return strings.Join(urls, ",")
 }

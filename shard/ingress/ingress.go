@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -13,8 +12,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
-	"github.com/delayq/delayq/publisher"
+	"github.com/delayq/delayq/publisher/amqpdial"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/backoff"
 )
 
 // Route is one ingress queue and the exchange its messages are delivered
@@ -46,8 +46,9 @@ type Options struct {
 	// MaxBody is the largest body accepted. Default shard.DefaultMaxBody.
 	MaxBody int
 	// MinBackoff and MaxBackoff bound the wait between reconnects and
-	// between Redis write attempts, doubling after each failure (±20 %).
-	// Defaults 100ms and 5s.
+	// between Redis write attempts, doubling after each failure (each
+	// wait spread over its upper half: shard/backoff). Defaults
+	// amqpdial.MinBackoff and amqpdial.MaxBackoff, as for the publisher.
 	MinBackoff, MaxBackoff time.Duration
 	// WriteTimeout bounds one Redis write (EnqueueBatch, Cancel, Retry).
 	// Default 10s.
@@ -96,12 +97,7 @@ func (o *Options) defaults() {
 	if o.Linger <= 0 {
 		o.Linger = 2 * time.Millisecond
 	}
-	if o.MinBackoff <= 0 {
-		o.MinBackoff = 100 * time.Millisecond
-	}
-	if o.MaxBackoff < o.MinBackoff {
-		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
-	}
+	o.MinBackoff, o.MaxBackoff = amqpdial.Backoff(o.MinBackoff, o.MaxBackoff)
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
@@ -241,7 +237,7 @@ func (in *Ingress) Stop(ctx context.Context) error {
 // run connects, consumes until the connection fails, and reconnects,
 // until ctx ends.
 func (in *Ingress) run(ctx context.Context) {
-	b := in.newBackoff()
+	b := backoff.New(in.opts.MinBackoff, in.opts.MaxBackoff)
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := in.session(ctx)
@@ -250,10 +246,11 @@ func (in *Ingress) run(ctx context.Context) {
 			return
 		}
 		if time.Since(started) > in.opts.MaxBackoff {
-			b.reset()
+			b.Reset()
 		}
-		in.log.Warn("ingress disconnected; reconnecting", zap.Error(err), zap.Duration("backoff", b.peek()))
-		if b.wait(ctx) != nil {
+		wait := b.Next()
+		in.log.Warn("ingress disconnected; reconnecting", zap.Error(err), zap.Duration("backoff", wait))
+		if backoff.Sleep(ctx, wait) != nil {
 			return
 		}
 	}
@@ -263,14 +260,7 @@ func (in *Ingress) run(ctx context.Context) {
 // own goroutine. It returns when one of them fails or ctx ends, after
 // all of them have returned.
 func (in *Ingress) session(ctx context.Context) error {
-	props := amqp.NewConnectionProperties()
-	if in.opts.ConnectionName != "" {
-		props.SetClientConnectionName(in.opts.ConnectionName)
-	}
-	conn, used, err := publisher.DialNodes(ctx, in.opts.URLs, in.next, amqp.Config{
-		Dial: amqp.DefaultDial(10 * time.Second), Heartbeat: 10 * time.Second,
-		Properties: props, TLSClientConfig: in.opts.TLS,
-	})
+	conn, used, err := amqpdial.First(ctx, in.opts.URLs, in.next, amqpdial.Config(in.opts.ConnectionName, in.opts.TLS))
 	if err != nil {
 		return fmt.Errorf("dial: %w", err)
 	}
@@ -480,14 +470,14 @@ func (in *Ingress) exchangeExists(ctx context.Context, name string) (bool, error
 	if in.opts.ExchangeExists == nil || name == "" {
 		return true, nil
 	}
-	b := in.newBackoff()
+	b := backoff.New(in.opts.MinBackoff, in.opts.MaxBackoff)
 	for {
 		ok, err := in.opts.ExchangeExists(ctx, name)
 		if err == nil {
 			return ok, nil
 		}
 		in.log.Warn("ingress cannot check an exchange; holding the batch", zap.String("exchange", name), zap.Error(err))
-		if err := b.wait(ctx); err != nil {
+		if err := b.Wait(ctx); err != nil {
 			return false, err
 		}
 	}
@@ -507,7 +497,7 @@ func stopping(ctx context.Context, err error) error {
 func (in *Ingress) flush(ctx context.Context, st *batchState) error {
 	todo := st.pending
 	st.pending = nil
-	b := in.newBackoff()
+	b := backoff.New(in.opts.MinBackoff, in.opts.MaxBackoff)
 	for len(todo) > 0 {
 		msgs := make([]shard.Message, len(todo))
 		for i, p := range todo {
@@ -548,10 +538,11 @@ func (in *Ingress) flush(ctx context.Context, st *batchState) error {
 		if lastErr == nil {
 			lastErr = batchErr
 		}
+		wait := b.Next()
 		in.log.Warn("ingress cannot store messages; holding them unacked and retrying",
 			zap.String("queue", st.r.Queue), zap.Int("messages", len(again)), zap.Error(lastErr),
-			zap.Duration("backoff", b.peek()))
-		if err := b.wait(ctx); err != nil {
+			zap.Duration("backoff", wait))
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 		todo = again
@@ -562,7 +553,7 @@ func (in *Ingress) flush(ctx context.Context, st *batchState) error {
 // control carries out a cancel or retry request, retrying while Redis
 // fails.
 func (in *Ingress) control(ctx context.Context, st *batchState, d *amqp.Delivery, req Request) error {
-	b := in.newBackoff()
+	b := backoff.New(in.opts.MinBackoff, in.opts.MaxBackoff)
 	for {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.WriteTimeout)
 		var err error
@@ -597,9 +588,10 @@ func (in *Ingress) control(ctx context.Context, st *batchState, d *amqp.Delivery
 		if reason := ReasonOf(err); reason != "" {
 			return in.reject(st, d, &RejectError{Reason: reason, Detail: err.Error()})
 		}
+		wait := b.Next()
 		in.log.Warn("ingress cannot reach Redis; holding the message unacked and retrying",
-			zap.String("id", d.MessageId), zap.Error(err), zap.Duration("backoff", b.peek()))
-		if err := b.wait(ctx); err != nil {
+			zap.String("id", d.MessageId), zap.Error(err), zap.Duration("backoff", wait))
+		if err := backoff.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -622,29 +614,4 @@ func (in *Ingress) reject(st *batchState, d *amqp.Delivery, err error) error {
 		return fmt.Errorf("reject: %w", err)
 	}
 	return nil
-}
-
-// backoff is a doubling wait with ±20 % jitter.
-type backoff struct {
-	min, max, next time.Duration
-}
-
-func (in *Ingress) newBackoff() *backoff {
-	return &backoff{min: in.opts.MinBackoff, max: in.opts.MaxBackoff, next: in.opts.MinBackoff}
-}
-
-func (b *backoff) peek() time.Duration { return b.next }
-func (b *backoff) reset()              { b.next = b.min }
-
-func (b *backoff) wait(ctx context.Context) error {
-	d := time.Duration(float64(b.next) * (0.8 + 0.4*rand.Float64()))
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
