@@ -223,9 +223,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("a read-only session sees %d action buttons", buttons)
 	}
 	// On a phone's screen every page fits its width (wide tables scroll
-	// inside their box).
+	// inside their box), also a message with a 64-character id and a W3C
+	// traceparent header.
+	traced := strings.Repeat("fedcba9876543210", 4)
+	if _, e, code := w.delayq(`{"id":"`+traced+`","topic":"order.cancel","delay_ms":7200000,"headers":`+
+		`{"traceparent":"00-4bf92f3577b34da6a3ce929b0e0e4736-00f067aa0ba902b7-01"}}`+"\n", "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
 	do(chromedp.EmulateViewport(390, 844))
-	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/messages?id=lost-1"} {
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/messages?id=lost-1", "/messages?id=" + traced} {
 		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		must(t, err)
