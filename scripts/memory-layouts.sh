@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # memory-layouts.sh: Redis memory per pending message of delayq's layout and
-# of the alternatives issue 21 asked about, measured on a scratch
+# of three alternatives that give up some of it, measured on a scratch
 # redis-server (127.0.0.1, a free port, a temporary directory, stopped
 # afterwards) with 1,000,000 messages of 100-byte bodies and 16-byte ids
 # over 16 shards, as `scripts/bench.sh`'s memory scenario uses:

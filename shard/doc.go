@@ -28,8 +28,9 @@
 // modulo M, pinned by a test so it never changes.
 //
 // An envelope is versioned by its first byte (AppendEnvelope): v1 holds
-// string headers only; v2 adds every AMQP property and typed header values
-// (fields.go). v1 is still written when it suffices and both are read.
+// string headers only; v2 adds every AMQP property and typed header values.
+// v1 is still written when it suffices and both are read. envelope.go
+// describes the format, encode.go writes it and decode.go reads it.
 //
 // # Life of a message
 //
@@ -82,4 +83,26 @@
 //     failover to a replica loses what the replica had not received, unless
 //     the Store waits for replicas (WithReplicas: Redis WAIT after every
 //     acknowledged write, ErrNotReplicated when too few confirm).
+//
+// # Packages
+//
+// shard is the bottom of delayq: every other package builds on it, and
+// it imports none of them. The packages a newcomer meets:
+//
+//	shard                the Redis layout, the scripts, the envelope codec, the producer SDK
+//	shard/ingress        the AMQP ingress: plugin-style messages from RabbitMQ queues into the shards
+//	shard/httpapi        the JSON API of delayq serve (its README.md is the API and console guide)
+//	shard/console        the web console of delayq serve
+//	shard/backoff        the doubling waits of every retry loop
+//	shard/shardtest      test helpers: real Redis, Redis Cluster and Sentinel on loopback
+//	scanner              the claim loops, the due board, settling confirms
+//	publisher            publishing to RabbitMQ with confirms
+//	publisher/amqpdial   reaching the first live node of a RabbitMQ cluster (publisher and ingress)
+//	publisher/publishertest  test helpers: a real RabbitMQ node or cluster on loopback
+//	router               topic -> exchange and routing key
+//	balance              M from Consul or a static value, the cursor, the layout, the fleet
+//	balance/consultest   test helpers: a real Consul agent on loopback
+//	cmd/delayq           the binary: scan, serve and the CLI
+//	cmd/delayq-bench     the benchmark (its README.md: method, scenarios, figures)
+//	cmd/delayq-demo      the demo fleet of scripts/demo.sh
 package shard

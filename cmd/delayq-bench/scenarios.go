@@ -694,8 +694,8 @@ func (b *bench) sampleQueue(ctx context.Context, ns string) (func() queueDepth, 
 // each between two measurements of the ceilings: the one right before it
 // and the one right after it (which is the next round's "before"). A drain
 // is compared with both: the host's speed moves within seconds (the (d) of
-// one k measured before and after a 4 s drain differed by up to 1.5x in the
-// runs of 2026-11-25), so one drain against one ceiling was a coin toss
+// one k measured before and after a 4 s drain differed by up to 1.5x on
+// the benchmark VM), so one drain against one ceiling is a coin toss
 // either way. The median round decides the target; every round is shown.
 func (b *bench) saturated(ctx context.Context) error {
 	for _, k := range b.c.batches {
@@ -803,8 +803,8 @@ func (b *bench) steady(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		// The loads are fractions of (d), the shared-core limit, as issue 21
-		// sets its targets: (c) assumes Redis and RabbitMQ each have the
+		// The loads are fractions of (d), the shared-core limit, as the
+		// targets are: (c) assumes Redis and RabbitMQ each have the
 		// machine to themselves, which no pipeline on these cores can have.
 		limit := near.sharedLimit(k)
 		say("steady k=%d: limit (d) measured now: %.0f msg/s ((c) %.0f)", k, limit, near.limit(k))

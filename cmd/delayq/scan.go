@@ -37,13 +37,13 @@ const scanGCPercent = 400
 // core at the benchmark's saturated rates. With more than one P, each
 // hand-off to a goroutine while another P is idle wakes a second OS thread
 // to look for work, which on shared cores costs a context switch and a
-// wait in the run queue for nothing. On the 2-core benchmark box
-// (2026-11-25, steady loads at half the shared-core limit, two interleaved
-// runs each) one P put the scanners on a CPU 18-31 % fewer times a
-// message, made them wait in the run queue 20-40 % less and spend 5-15 %
-// less CPU; with the yielding publish gather (publisher.flushConn) p50
-// lateness fell in every run and saturated dispatch rose by 3-6 points of
-// that limit (README, "Measured here"). A process that needs more than a
+// wait in the run queue for nothing. On the 2-core benchmark box (steady
+// loads at half the shared-core limit, interleaved runs against two Ps)
+// one P put the scanners on a CPU 18-31 % fewer times a message, made them
+// wait in the run queue 20-40 % less and spend 5-15 % less CPU; with the
+// yielding publish gather (publisher.flushConn) p50 lateness fell in every
+// run and saturated dispatch rose by 3-6 points of that limit
+// (cmd/delayq-bench/README.md). A process that needs more than a
 // core is better split into more processes (the fleet scales out);
 // GOMAXPROCS overrides this.
 const scanProcs = 1

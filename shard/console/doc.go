@@ -12,6 +12,8 @@
 // exported readers and shard.Producer, so the console does the same
 // bounded Redis work as the API.
 //
+// The guide to the console and the API is shard/httpapi/README.md.
+//
 // # Access
 //
 // Signing in takes a bearer token (httpapi.Tokens) and sets an HttpOnly,

@@ -11,6 +11,9 @@
 // (shard.ParseLine), with typed headers, so one codec serves the SDK, the
 // CLI, the AMQP ingress and HTTP.
 //
+// README.md beside this file is the guide to the API and the console:
+// access, sessions, every endpoint, errors and what each costs Redis.
+//
 // # Guarantees
 //
 //   - Access: a bearer token (Tokens: read or admin), compared in constant

@@ -18,6 +18,10 @@
 // (x-delayq-cancel), a retry schedule (x-delayq-retry) and a consumer's
 // request for the next retry step (x-delayq-retry-cause).
 //
+// README.md beside this file is the guide for users moving from the
+// plugin: setting it up, every header, the differences, and examples in
+// Python, Node and Java.
+//
 // # Guarantees
 //
 //   - Nothing is lost between the broker and Redis: a delivery is acked
