@@ -3,6 +3,7 @@ package balance
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -50,6 +51,10 @@ type Cursor struct {
 	rdb redis.UniversalClient
 	key string
 	src Source
+	// local stands in for the shared counter while Redis refuses its INCR
+	// at maxmemory: the scanners must go on claiming and acking, which
+	// is what frees memory.
+	local atomic.Uint64
 }
 
 // NewCursor returns a cursor over the shards src reports.
@@ -64,6 +69,9 @@ func (c *Cursor) Next(ctx context.Context) (shardIndex, covered int, err error) 
 		return 0, 0, fmt.Errorf("next shard: %w", err)
 	}
 	n, err := c.rdb.Incr(ctx, c.key).Result()
+	if shard.IsRedisFull(err) {
+		return int(c.local.Add(1) % uint64(hw)), hw, nil
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("next shard: %w", err)
 	}

@@ -42,6 +42,11 @@ type ProducerOptions struct {
 	// (see Producer); it is renewed every Pin/4 while the producer writes.
 	// Default 1 minute.
 	Pin time.Duration
+	// AllowEviction accepts a Redis whose maxmemory-policy can evict
+	// scheduled messages (allkeys-*). Without it the producer's first call
+	// reads every master's settings (CheckRedis) and refuses to write
+	// there with an error wrapping ErrUnsafeRedis.
+	AllowEviction bool
 }
 
 // Producer is the SDK: it schedules, cancels, reschedules and inspects
@@ -70,11 +75,12 @@ type ProducerOptions struct {
 // used before the layout recorded them (older delayq versions) are not
 // known.
 type Producer struct {
-	store      *Store
-	shards     ShardCounter
-	maxBody    int
-	maxPending int
-	now        func() time.Time
+	store         *Store
+	shards        ShardCounter
+	maxBody       int
+	maxPending    int
+	now           func() time.Time
+	allowEviction bool
 
 	pinTTL time.Duration // ProducerOptions.Pin
 	pin    pinState
@@ -88,10 +94,11 @@ const defaultPin = time.Minute
 // pinState is the producer's last pin of its M and what Redis said of the
 // layout then.
 type pinState struct {
-	mu  sync.Mutex
-	m   int       // the M pinned
-	lay Layout    // the layout after that pin
-	at  time.Time // when the pin was sent (monotonic clock)
+	mu      sync.Mutex
+	m       int       // the M pinned
+	lay     Layout    // the layout after that pin
+	at      time.Time // when the pin was sent (monotonic clock)
+	checked bool      // Redis's settings were found safe (CheckRedis)
 }
 
 // pinned pins m (at most every pinTTL/4; the calls that find the pin
@@ -102,6 +109,16 @@ func (p *Producer) pinned(ctx context.Context, m int) (Layout, error) {
 	defer p.pin.mu.Unlock()
 	if p.pin.m == m && time.Since(p.pin.at) < p.pinTTL/4 {
 		return p.pin.lay, nil
+	}
+	if !p.pin.checked { // the producer's first call: may Redis lose what it writes?
+		servers, err := p.store.RedisServers(ctx)
+		if err != nil {
+			return Layout{}, err
+		}
+		if _, err := CheckRedis(servers, p.allowEviction); err != nil {
+			return Layout{}, err
+		}
+		p.pin.checked = true
 	}
 	sent := time.Now()
 	lay, err := p.store.PinLayout(ctx, m, p.pinTTL)
@@ -145,7 +162,8 @@ func olderShards(id string, m int, used []int) []int {
 // NewProducer returns a Producer writing through store, hashing ids onto
 // shards.ShardCount() shards.
 func NewProducer(store *Store, shards ShardCounter, opts ProducerOptions) *Producer {
-	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, maxPending: max(0, opts.MaxPending), now: opts.Now}
+	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, maxPending: max(0, opts.MaxPending), now: opts.Now,
+		allowEviction: opts.AllowEviction}
 	if p.maxBody <= 0 {
 		p.maxBody = DefaultMaxBody
 	}

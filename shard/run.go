@@ -20,8 +20,9 @@ type call struct {
 // (its script cache was flushed: a restart, SCRIPT FLUSH) did not run, so
 // run sends just those again, once, by EVAL with the script's body, which
 // also puts the script back in the cache. EVAL needs no cache, so a flush
-// between the two round trips cannot refuse them again. It returns one
-// command per call, each with its own result or error.
+// between the two round trips cannot refuse them again. Calls that Redis
+// refused at its memory limit get an error wrapping ErrRedisFull. It
+// returns one command per call, each with its own result or error.
 func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
 	cmds := s.send(ctx, calls, false)
 	var again []int
@@ -30,15 +31,23 @@ func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
 			again = append(again, j)
 		}
 	}
-	if len(again) == 0 {
-		return cmds
+	if len(again) > 0 {
+		retry := make([]call, len(again))
+		for k, j := range again {
+			retry[k] = calls[j]
+		}
+		for k, c := range s.send(ctx, retry, true) {
+			cmds[again[k]] = c
+		}
 	}
-	retry := make([]call, len(again))
-	for k, j := range again {
-		retry[k] = calls[j]
-	}
-	for k, c := range s.send(ctx, retry, true) {
-		cmds[again[k]] = c
+	var full error // Redis at maxmemory refused these calls: say so once
+	for _, c := range cmds {
+		if isOutOfMemory(c.Err()) {
+			if full == nil {
+				full = s.redisFull(ctx, c.Err())
+			}
+			c.SetErr(full)
+		}
 	}
 	return cmds
 }
