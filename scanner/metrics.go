@@ -186,3 +186,67 @@ func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.enqueued, prometheus.CounterValue, float64(s.Enqueued), l)
 	}
 }
+
+// RedisCollector exports the settings of every Redis master that decide
+// whether delayq can lose or refuse messages, read at scrape time
+// (shard.Store.RedisServers: INFO, and CONFIG GET where allowed):
+//
+//	delayq_redis_used_memory_bytes{master}, delayq_redis_maxmemory_bytes{master} (0: no limit)
+//	delayq_redis_evicts_messages{master,policy}  1 when maxmemory-policy can evict scheduled messages
+//	delayq_redis_persistence{master,mode}        always 1; mode is aof-always, aof-everysec, aof-no,
+//	                                             aof, rdb, none or unknown (INFO or CONFIG GET refused)
+//
+// Like the shard gauges, every pod exports the same values: aggregate
+// with max across pods.
+type RedisCollector struct {
+	store   *shard.Store
+	timeout time.Duration
+
+	used, max, evicts, persistence *prometheus.Desc
+}
+
+// NewRedisCollector returns a collector over the masters store uses.
+func NewRedisCollector(store *shard.Store) *RedisCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delayq_redis_"+name, help, labels, nil)
+	}
+	return &RedisCollector{store: store, timeout: 5 * time.Second,
+		used:        d("used_memory_bytes", "Redis used_memory of the master.", "master"),
+		max:         d("maxmemory_bytes", "Redis maxmemory of the master; 0 means no limit.", "master"),
+		evicts:      d("evicts_messages", "1 when the master's maxmemory-policy can evict scheduled messages (allkeys-*).", "master", "policy"),
+		persistence: d("persistence", "Always 1: how the master keeps data across a restart (mode).", "master", "mode"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *RedisCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.used, c.max, c.evicts, c.persistence} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *RedisCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	servers, err := c.store.RedisServers(ctx)
+	if err != nil {
+		return // Redis unreachable: delayq_shard_stats_up says so
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, r := range servers {
+		gauge(c.persistence, 1, r.Addr, r.Persistence())
+		if !r.Known {
+			continue
+		}
+		gauge(c.used, float64(r.UsedMemory), r.Addr)
+		gauge(c.max, float64(r.MaxMemory), r.Addr)
+		evicts := 0.0
+		if r.EvictsMessages() {
+			evicts = 1
+		}
+		gauge(c.evicts, evicts, r.Addr, r.Policy)
+	}
+}

@@ -42,6 +42,7 @@ type Config struct {
 	RedisSentPass       string        `envconfig:"REDIS_SENTINEL_PASSWORD" desc:"password of the sentinels (never logged), when they require one"`
 	RedisWait           int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"enqueue, cancel, ack …: return only once this many replicas have the write (Redis WAIT); 0 = do not wait"`
 	RedisWaitFor        time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a write waits for DELAYQ_REDIS_WAIT_REPLICAS; fewer in time is an error (the write may be lost in a failover)"`
+	RedisAllowEviction  bool          `envconfig:"REDIS_ALLOW_EVICTION" default:"false" desc:"accept a Redis whose maxmemory-policy can evict scheduled messages (allkeys-*): without it scan, serve and every enqueue refuse to use it"`
 	RedisTLS            bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
 	RedisTLSCA          string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
 	RedisTLSCert        string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`

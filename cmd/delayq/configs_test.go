@@ -37,9 +37,10 @@ func metricNames(t *testing.T) map[string]bool {
 			names[mf.GetName()+s] = true
 		}
 	}
-	// Read at scrape time by the shard collector and ops.go.
+	// Read at scrape time by the shard and Redis collectors and ops.go.
 	descs := make(chan *prometheus.Desc, 32)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
+	scanner.NewRedisCollector(nil).Describe(descs)
 	// The ingress's vectors have no sample until a message comes.
 	im := ingress.NewMetrics(nil)
 	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming} {

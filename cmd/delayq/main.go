@@ -238,13 +238,17 @@ func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 		stop()
 		return nil, nil, err
 	}
-	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending})
+	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending,
+		AllowEviction: e.cfg.RedisAllowEviction})
 	return p, stop, nil
 }
 
 // fail reports err and returns the exit code: 2 (usage) when the input
 // given on the command line breaks a rule (shard.ErrInvalid), else 1.
 func (e *env) fail(cmd string, err error) int {
+	if errors.Is(err, shard.ErrUnsafeRedis) {
+		err = fmt.Errorf("%w (or set %s_REDIS_ALLOW_EVICTION=true to accept losing messages)", err, envPrefix)
+	}
 	fmt.Fprintf(e.stderr, "delayq %s: %v\n", cmd, err)
 	if errors.Is(err, shard.ErrInvalid) {
 		return exitUsage

@@ -83,6 +83,10 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return e.fail("scan", err)
 	}
 	defer rdb.Close()
+	redisProblems, err := e.checkRedis(ctx, st)
+	if err != nil {
+		return e.fail("scan", err)
+	}
 	host, _ := os.Hostname()
 	var amqpTLS *tls.Config
 	if c.amqpTLS() {
@@ -99,7 +103,8 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	// they stop in reverse: readiness off, out of the Consul catalog, the
 	// ingress (a Redis write under way finishes and is acked; the broker
 	// keeps the rest), the scanner settles what it claimed, the ops listener, the layout and
-	// the Consul watch, the publisher. Redis closes last (deferred above).
+	// the Consul watch, the publisher, the Redis settings watch. Redis
+	// closes last (deferred above).
 	ps := &parts{}
 	stop := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
@@ -117,6 +122,9 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			e.log.Info("stopped while starting", zap.Error(err))
 			return exitOK
 		}
+		return e.fail("scan", err)
+	}
+	if err := ps.start(ctx, "redis settings watch", newRedisWatch(st, c.RedisAllowEviction, redisProblems, e.log)); err != nil {
 		return e.fail("scan", err)
 	}
 	if err := ps.start(ctx, "publisher", pub); err != nil {
@@ -168,7 +176,8 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return startFailed(err)
 		}
-		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
+		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
+			AllowEviction: c.RedisAllowEviction})
 		in, err := ingress.New(ingress.Options{URLs: c.amqpURLs(), TLS: amqpTLS, ConnectionName: "delayq-ingress " + host,
 			Routes: routes, Prefetch: c.IngressPrefetch, MaxBody: c.MaxBody, AtStep: crash, CancelWindow: c.ingressCancelWindow(),
 			ExchangeExists: pub.ExchangeExists}, prod, e.log, im)

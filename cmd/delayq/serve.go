@@ -63,6 +63,10 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		return e.fail("serve", err)
 	}
 	defer rdb.Close()
+	if _, err := e.checkRedis(ctx, st); err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
 	ps := &parts{}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
@@ -76,7 +80,8 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		_ = ln.Close()
 		return e.fail("serve", err)
 	}
-	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending})
+	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
+		AllowEviction: c.RedisAllowEviction})
 	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,
 		Shards: func(ctx context.Context) (int, error) { return e.shardsToShow(ctx, st, consul) }}
 	if consul != nil {

@@ -129,6 +129,11 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	for i := range v.Shards {
 		v.Shards[i].Node = nodes[v.Shards[i].Shard]
 	}
+	servers, err := st.RedisServers(ctx)
+	if err != nil {
+		return v, err
+	}
+	v.Redis = httpapi.RedisStatsOf(servers)
 	return v, nil
 }
 
@@ -145,6 +150,25 @@ func printStats(e *env, v statsView) {
 			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue), orDash(r.Node))
 	}
 	_ = tw.Flush()
+	for _, r := range v.Redis {
+		fmt.Fprintf(e.stdout, "redis %s: %s\n", r.Master, redisLine(r))
+	}
+}
+
+// redisLine says what matters of a master: its memory against the limit,
+// its policy and its persistence, and FULL when it refuses new messages.
+func redisLine(r httpapi.RedisStats) string {
+	if r.Policy == "" {
+		return "settings unknown (INFO not allowed)"
+	}
+	s := fmt.Sprintf("used %s, policy %s, persistence %s", r.Memory(), r.Policy, r.Persistence)
+	switch r.Status() {
+	case "full":
+		s += "  FULL: new messages are refused until deliveries free memory"
+	case "unsafe":
+		s += "  UNSAFE: the policy can evict scheduled messages"
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -184,6 +184,11 @@ func (a *API) fail(w http.ResponseWriter, err error) {
 		problem(w, http.StatusConflict, "in flight", err.Error(), "id")
 	case errors.Is(err, shard.ErrNotFound):
 		problem(w, http.StatusNotFound, "not found", err.Error(), "id")
+	case errors.Is(err, shard.ErrRedisFull):
+		// 503, not 507: the state is passing (deliveries free memory),
+		// and every client retries a 503 with Retry-After.
+		w.Header().Set("Retry-After", "5")
+		problem(w, http.StatusServiceUnavailable, "Redis is full", err.Error(), "")
 	case errors.Is(err, shard.ErrCapacity), errors.Is(err, shard.ErrNotReplicated):
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "try again", err.Error(), "")
@@ -549,14 +554,64 @@ type ShardStats struct {
 	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
 }
 
-// Stats are the counts of every shard and their total (Shard -1).
+// Stats are the counts of every shard and their total (Shard -1), and the
+// Redis masters that hold them.
 type Stats struct {
 	Namespace string       `json:"namespace"`
 	Shards    []ShardStats `json:"shards"`
 	Total     ShardStats   `json:"total"`
+	Redis     []RedisStats `json:"redis,omitempty"`
 }
 
-// ReadStats counts every shard (one pipelined round trip).
+// RedisStats is what decides whether a Redis master can take more
+// messages or lose some (shard.RedisServer).
+type RedisStats struct {
+	Master string `json:"master"`
+	// Policy is maxmemory-policy; empty when INFO was refused.
+	Policy     string `json:"maxmemory_policy,omitempty"`
+	UsedMemory int64  `json:"used_memory"`
+	MaxMemory  int64  `json:"maxmemory"` // 0: no limit
+	// Full: used_memory reached maxmemory and the policy evicts nothing,
+	// so Redis refuses new messages until deliveries free memory.
+	Full           bool   `json:"full"`
+	EvictsMessages bool   `json:"evicts_messages"`
+	Persistence    string `json:"persistence"` // shard.RedisServer.Persistence
+}
+
+// Memory says used_memory against maxmemory for people: "4.9 MB of 5.0
+// MB (98 %)", or "4.9 MB, no limit".
+func (r RedisStats) Memory() string {
+	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/(1<<20)) }
+	if r.MaxMemory <= 0 {
+		return mb(r.UsedMemory) + ", no limit"
+	}
+	return fmt.Sprintf("%s of %s (%.0f %%)", mb(r.UsedMemory), mb(r.MaxMemory), 100*float64(r.UsedMemory)/float64(r.MaxMemory))
+}
+
+// Status is "full", "unsafe" (the policy can evict messages) or "ok".
+func (r RedisStats) Status() string {
+	switch {
+	case r.Full:
+		return "full"
+	case r.EvictsMessages:
+		return "unsafe"
+	}
+	return "ok"
+}
+
+// RedisStatsOf renders what Store.RedisServers read.
+func RedisStatsOf(servers []shard.RedisServer) []RedisStats {
+	out := make([]RedisStats, len(servers))
+	for i, r := range servers {
+		out[i] = RedisStats{Master: r.Addr, Policy: r.Policy, UsedMemory: r.UsedMemory, MaxMemory: r.MaxMemory,
+			Full:           r.Policy == "noeviction" && r.MaxMemory > 0 && r.UsedMemory >= r.MaxMemory,
+			EvictsMessages: r.EvictsMessages(), Persistence: r.Persistence()}
+	}
+	return out
+}
+
+// ReadStats counts every shard (one pipelined round trip) and reads the
+// masters' memory and settings (INFO and CONFIG GET on each).
 func (a *API) ReadStats(ctx context.Context) (Stats, error) {
 	n, err := a.o.Shards(ctx)
 	if err != nil {
@@ -566,7 +621,13 @@ func (a *API) ReadStats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	return Summarize(a.o.Store.Namespace(), all), nil
+	v := Summarize(a.o.Store.Namespace(), all)
+	servers, err := a.o.Store.RedisServers(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	v.Redis = RedisStatsOf(servers)
+	return v, nil
 }
 
 // Summarize turns the counts of the shards into Stats with their total.
