@@ -63,5 +63,9 @@
 //
 // The cursor spreads visits, it does not lock shards: two goroutines may
 // visit the same shard at once (the claim script makes that safe). If Redis
-// is unreachable, Next returns the error and the caller backs off.
+// is unreachable, Next returns the error and the caller backs off. While
+// Redis refuses writes at its memory limit (shard.ErrRedisFull), Next
+// counts on a counter of its own process and the Layout reads the mark it
+// cannot record, covering M at least: the scanners go on delivering,
+// which is what frees memory.
 package balance

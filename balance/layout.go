@@ -203,7 +203,15 @@ func (l *Layout) Refresh(ctx context.Context) error {
 				index = w.ModifyIndex()
 			}
 		}
-		if lay, err = l.store.RaiseLayout(ctx, m, index); err != nil {
+		lay, err = l.store.RaiseLayout(ctx, m, index)
+		if shard.IsRedisFull(err) {
+			// Redis at maxmemory refuses the record, but the scanners
+			// must run (their acks free memory): read it, and cover m.
+			if lay, err = l.store.ReadLayout(ctx); err == nil {
+				lay.HighWater = max(lay.HighWater, m)
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}

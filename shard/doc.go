@@ -64,6 +64,15 @@
 //     a whole set.
 //   - Atomic: each script is one Redis transaction; there is no state in
 //     which a message is in no set.
+//   - Full is not lost: at maxmemory with noeviction Redis refuses a
+//     script at its first write, never in the middle, so an enqueue fails
+//     whole with ErrRedisFull (naming the limit); the claim, ack, release
+//     and dead-letter scripts begin with a delete, which Redis never
+//     refuses, so deliveries go on and free memory.
+//   - Settings are checked: a Producer's first call reads every master's
+//     maxmemory-policy, memory and persistence (RedisServers) and refuses
+//     a policy that can evict messages (CheckRedis, ErrUnsafeRedis);
+//     redisconf.go has the table of verdicts.
 //
 // # Non-guarantees and deliberate differences from the design notes
 //

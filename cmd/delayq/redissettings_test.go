@@ -2,11 +2,20 @@ package main_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -72,4 +81,115 @@ func TestRedisThatCanEvictIsRefused(t *testing.T) {
 	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "redis "+lru.Addr+": used") || !strings.Contains(out, "UNSAFE") {
 		t.Errorf("stats does not show the master's settings:\n%s", out)
 	}
+}
+
+// TestRedisFullLosesNothing fills a Redis of 6 MB (noeviction) with 50,000
+// enqueues through the SDK, the HTTP API and the AMQP ingress while
+// nothing is due: every refused enqueue says Redis is full and names the
+// limit, nothing is half-written, and the ingress holds what it cannot
+// store in its queue. When the messages fall due the scanner delivers
+// them at the limit, its acks free memory, and the ingress queue drains:
+// every accepted message arrives, none early.
+func TestRedisFullLosesNothing(t *testing.T) {
+	full, err := shardtest.StartRedis(shardtest.RedisOptions{Args: []string{"--maxmemory", "6mb", "--maxmemory-policy", "noeviction"}})
+	shardtest.Require(t, err)
+	t.Cleanup(full.Close)
+	const m = 4
+	w := newWorld(t, m, "DELAYQ_REDIS_ADDRS="+full.Addr)
+	s := newIngress(t, w)
+	w.consume()
+	ctx := context.Background()
+	rdb := full.Client(t)
+	st, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	prod := shard.NewProducer(st, balance.Static(m), shard.ProducerOptions{})
+	due := time.Now().Add(20 * time.Second) // nothing falls due (and frees memory) while Redis fills
+	body := []byte(strings.Repeat("b", 200))
+	var accepted []string
+	refused := 0
+	for b := 0; b < 60; b++ { // 30,000 through the SDK
+		msgs := make([]shard.Message, 500)
+		for j := range msgs {
+			msgs[j] = shard.Message{ID: fmt.Sprintf("sdk-%d-%d", b, j), Exchange: w.exchange, RoutingKey: "rk", Body: body, At: due}
+		}
+		res, _ := prod.EnqueueBatch(ctx, msgs)
+		for _, r := range res {
+			switch {
+			case r.Err == nil:
+				accepted = append(accepted, r.ID)
+			case errors.Is(r.Err, shard.ErrRedisFull) && strings.Contains(r.Err.Error(), "maxmemory 6.0 MB"):
+				refused++
+			default:
+				t.Fatalf("enqueue %s: %v, want ok or a clear 'Redis is full'", r.ID, r.Err)
+			}
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("%d accepted and none refused: Redis never filled up", len(accepted))
+	}
+	// The API answers 503 Redis is full.
+	base, _ := w.serveLogged(t)
+	fullAnswers := 0
+	for j := range 100 {
+		id := fmt.Sprintf("http-%d", j)
+		code, answer := postJSON(t, base+"/v1/messages", fmt.Sprintf(
+			`{"id":%q,"exchange":%q,"routing_key":"rk","at_ms":%d,"body":"x"}`, id, w.exchange, due.UnixMilli()))
+		switch {
+		case code == 201:
+			accepted = append(accepted, id)
+		case code == 503 && strings.Contains(answer, `"title":"Redis is full"`) && strings.Contains(answer, "maxmemory"):
+			fullAnswers++
+		default:
+			t.Fatalf("POST %s: %d %s", id, code, answer)
+		}
+	}
+	if fullAnswers == 0 {
+		t.Errorf("no POST was refused as Redis is full")
+	}
+	// Nothing half-written: every envelope has its due entry and back.
+	for i := range m {
+		ks := shard.ShardKeys(w.ns, i)
+		ids, err := rdb.HKeys(ctx, ks.Msg).Result()
+		must(t, err)
+		dues, err := rdb.ZRange(ctx, ks.Due, 0, -1).Result()
+		must(t, err)
+		slices.Sort(ids)
+		slices.Sort(dues)
+		if !slices.Equal(ids, dues) {
+			t.Fatalf("shard %d: %d envelopes, %d due entries", i, len(ids), len(dues))
+		}
+	}
+	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "FULL") {
+		t.Errorf("delayq stats does not say Redis is full:\n%s", out)
+	}
+	// The ingress cannot store: its messages wait in RabbitMQ.
+	ingressIDs := s.burst(t, 20_000, "amqp")
+	p := w.scan(s.env)
+	shardtest.WaitFor(t, 15*time.Second, func() bool {
+		return strings.Contains(p.log.String(), "holding them unacked") && strings.Contains(p.log.String(), "redis is full")
+	}, func() string { return "the ingress does not say it holds messages for a full Redis:\n" + p.log.String() })
+	q, err := s.ch.QueueDeclarePassive(s.inQueue, true, false, false, false,
+		amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx-" + w.ns})
+	must(t, err)
+	if time.Now().Before(due) && q.Messages == 0 {
+		t.Errorf("Redis is full and nothing waits in the ingress queue")
+	}
+	t.Logf("Redis full: %d accepted, %d refused by the SDK, %d by the API; %d waiting in the ingress queue",
+		len(accepted), refused, fullAnswers, q.Messages)
+	// Due: delivered at the limit; acks free memory; the ingress drains.
+	w.waitDelivered(append(accepted, ingressIDs...), 180*time.Second)
+}
+
+// postJSON posts body to url with the admin token.
+func postJSON(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+consoleAdmin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
