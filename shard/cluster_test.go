@@ -53,6 +53,16 @@ func TestScriptsOnCluster(t *testing.T) {
 	if _, err := sub.ReceiveMessage(ctx); err != nil {
 		t.Fatalf("no wake-up notice across the cluster: %v", err)
 	}
+	// The producer read every master's settings before it wrote.
+	servers, err := st.RedisServers(ctx)
+	if err != nil || len(servers) != 3 {
+		t.Fatalf("RedisServers on a 3-master cluster: %+v, %v", servers, err)
+	}
+	for _, r := range servers {
+		if !r.Known || r.Policy != "noeviction" || r.Persistence() != "none" {
+			t.Errorf("master %+v", r)
+		}
+	}
 	// Shards live on different masters, as Store.ShardNodes says.
 	nodes := map[string]bool{}
 	all := make([]int, m)

@@ -43,6 +43,7 @@ type Config struct {
 	RedisWait           int           `envconfig:"REDIS_WAIT_REPLICAS" default:"0" desc:"enqueue, cancel, ack …: return only once this many replicas have the write (Redis WAIT); 0 = do not wait"`
 	RedisWaitFor        time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s" desc:"how long a write waits for DELAYQ_REDIS_WAIT_REPLICAS; fewer in time is an error (the write may be lost in a failover)"`
 	RedisAllowEviction  bool          `envconfig:"REDIS_ALLOW_EVICTION" default:"false" desc:"accept a Redis whose maxmemory-policy can evict scheduled messages (allkeys-*): without it scan, serve and every enqueue refuse to use it"`
+	RedisCheckEvery     time.Duration `envconfig:"REDIS_CHECK_INTERVAL" default:"30s" desc:"scan: how often to read Redis's eviction policy, memory and persistence again (a failover may bring a master with other settings); a problem that appears is logged as an error"`
 	RedisTLS            bool          `envconfig:"REDIS_TLS" default:"false" desc:"connect to Redis over TLS"`
 	RedisTLSCA          string        `envconfig:"REDIS_TLS_CA" desc:"PEM file of the CA that signed Redis's certificate (default: the system's)"`
 	RedisTLSCert        string        `envconfig:"REDIS_TLS_CERT" desc:"PEM client certificate for Redis (mutual TLS)"`
@@ -252,6 +253,8 @@ func (c Config) validateScan() error {
 		return fmt.Errorf("%s_PUBLISH_GATHER: %s, want 0 (no wait) to 100ms (e.g. 1ms)", envPrefix, c.PublishGather)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("%s_SHUTDOWN_TIMEOUT: %s, want more than 0 (e.g. 25s)", envPrefix, c.ShutdownTimeout)
+	case c.RedisCheckEvery <= 0:
+		return fmt.Errorf("%s_REDIS_CHECK_INTERVAL: %s, want more than 0 (e.g. 30s)", envPrefix, c.RedisCheckEvery)
 	case c.IngressPrefetch < 1 || c.IngressPrefetch > 65535:
 		return fmt.Errorf("%s_INGRESS_PREFETCH: %d, want 1 to 65535", envPrefix, c.IngressPrefetch)
 	case c.IngressCancelWindow < 0 || c.IngressCancelWindow > 24*time.Hour:

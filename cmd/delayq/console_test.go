@@ -161,6 +161,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	if dead, scheduled := text("t-dead"), text("t-scheduled"); dead != "2" || scheduled != "2" {
 		t.Errorf("overview: dead %q scheduled %q, want 2 and 2", dead, scheduled)
 	}
+	if redis := text("redis"); !strings.Contains(redis, "noeviction") || !strings.Contains(redis, "no limit") {
+		t.Errorf("overview: the Redis table says\n%s", redis)
+	}
 	t.Logf("screenshot: %s", screenshot("console-overview.png"))
 	// Find a message by id.
 	do(chromedp.Navigate(base+"/messages"), chromedp.WaitVisible(chromedp.ID("id")),

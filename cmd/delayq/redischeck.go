@@ -48,8 +48,8 @@ type redisWatch struct {
 	wg     sync.WaitGroup
 }
 
-func newRedisWatch(st *shard.Store, allow bool, seen []string, log *zap.Logger) *redisWatch {
-	return &redisWatch{st: st, allow: allow, period: 30 * time.Second, log: log, seen: seen}
+func newRedisWatch(st *shard.Store, allow bool, period time.Duration, seen []string, log *zap.Logger) *redisWatch {
+	return &redisWatch{st: st, allow: allow, period: period, log: log, seen: seen}
 }
 
 // Start launches the watch's goroutine.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,12 +163,21 @@ func TestRedisFullLosesNothing(t *testing.T) {
 	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "FULL") {
 		t.Errorf("delayq stats does not say Redis is full:\n%s", out)
 	}
+	if _, e, code := w.delayq("", "enqueue", "--id", "cli-1", "--exchange", w.exchange, "--routing-key", "rk", "--delay", "1s"); code != 1 ||
+		!strings.Contains(e, "redis is full") || !strings.Contains(e, "maxmemory 6.0 MB") {
+		t.Errorf("delayq enqueue on a full Redis: exit %d\n%s", code, e)
+	}
+	if code, answer := getJSON(t, base+"/v1/stats"); code != 200 || !strings.Contains(answer, `"full":true`) {
+		t.Errorf("GET /v1/stats does not say Redis is full: %d %s", code, answer)
+	}
 	// The ingress cannot store: its messages wait in RabbitMQ.
 	ingressIDs := s.burst(t, 20_000, "amqp")
 	p := w.scan(s.env)
 	shardtest.WaitFor(t, 15*time.Second, func() bool {
 		return strings.Contains(p.log.String(), "holding them unacked") && strings.Contains(p.log.String(), "redis is full")
-	}, func() string { return "the ingress does not say it holds messages for a full Redis:\n" + p.log.String() })
+	}, func() string {
+		return "the ingress does not say it holds messages for a full Redis:\n" + p.log.String()
+	})
 	q, err := s.ch.QueueDeclarePassive(s.inQueue, true, false, false, false,
 		amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx-" + w.ns})
 	must(t, err)
@@ -183,7 +193,18 @@ func TestRedisFullLosesNothing(t *testing.T) {
 // postJSON posts body to url with the admin token.
 func postJSON(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	return apiCall(t, "POST", url, body)
+}
+
+// getJSON gets url with the admin token.
+func getJSON(t *testing.T, url string) (int, string) {
+	t.Helper()
+	return apiCall(t, "GET", url, "")
+}
+
+func apiCall(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	must(t, err)
 	req.Header.Set("Authorization", "Bearer "+consoleAdmin)
 	req.Header.Set("Content-Type", "application/json")
@@ -192,4 +213,66 @@ func postJSON(t *testing.T, url, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestRedisSettingsAreWatched: a scanner on a Redis with persistence logs
+// no warning of it; when the master loses its persistence (as a failover
+// to a replica without an append-only file would), the scanner's next
+// read logs it as an error and its gauge says so.
+func TestRedisSettingsAreWatched(t *testing.T) {
+	r, err := shardtest.StartRedis(shardtest.RedisOptions{AOF: true})
+	shardtest.Require(t, err)
+	t.Cleanup(r.Close)
+	w := newWorld(t, 4, "DELAYQ_REDIS_ADDRS="+r.Addr)
+	p := w.scan("DELAYQ_REDIS_CHECK_INTERVAL=200ms")
+	mode := func(m string) bool {
+		return strings.Contains(p.scrape(t), `delayq_redis_persistence{master="`+r.Addr+`",mode="`+m+`"} 1`)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool { return mode("aof-always") },
+		func() string { return "no aof-always gauge:\n" + p.scrape(t) })
+	must(t, r.Client(t).ConfigSet(context.Background(), "appendonly", "no").Err())
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		return strings.Contains(p.log.String(), "redis settings changed: redis "+r.Addr+": no persistence") && mode("none")
+	}, func() string { return "the lost persistence was not reported:\n" + p.log.String() })
+	if strings.Contains(p.log.String(), "WARN\tredis settings: redis "+r.Addr+": no persistence") {
+		t.Errorf("a warning of no persistence at the start, on a Redis with an append-only file:\n%s", p.log.String())
+	}
+}
+
+// TestRedisSettingsNotReadable: where an ACL forbids CONFIG (as managed
+// services do), the scanner says once that it cannot read appendfsync and
+// save, and runs.
+func TestRedisSettingsNotReadable(t *testing.T) {
+	r, err := shardtest.StartRedis(shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(r.Close)
+	must(t, r.Client(t).Do(context.Background(), "ACL", "SETUSER", "app", "on", ">app-password-123", "~*", "&*", "+@all", "-config").Err())
+	w := newWorld(t, 4, "DELAYQ_REDIS_ADDRS="+r.Addr, "DELAYQ_REDIS_USERNAME=app", "DELAYQ_REDIS_PASSWORD=app-password-123")
+	p := w.scan("DELAYQ_REDIS_CHECK_INTERVAL=100ms")
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		code, _ := get("http://" + p.metrics + "/readyz")
+		return code == 200
+	}, func() string { return "the scanner never got ready:\n" + p.log.String() })
+	// A few more reads of the settings (CONFIG GETs the ACL refused),
+	// which must not repeat the warning.
+	admin := r.Client(t)
+	refusedConfigs := func() int {
+		stats, _ := admin.Info(context.Background(), "commandstats").Result()
+		_, line, _ := strings.Cut(stats, "cmdstat_config|get:")
+		_, rest, _ := strings.Cut(line, "rejected_calls=")
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		return n
+	}
+	seen := refusedConfigs()
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return seen > 0 && refusedConfigs() >= seen+3 },
+		func() string {
+			stats, _ := admin.Info(context.Background(), "commandstats").Result()
+			return "the scanner stopped reading the settings:\n" + stats
+		})
+	if n := strings.Count(p.log.String(), "CONFIG GET is not allowed"); n != 1 {
+		t.Errorf("the scanner said %d times that it cannot read CONFIG:\n%s", n, p.log.String())
+	}
+	if !strings.Contains(p.scrape(t), `delayq_redis_persistence{master="`+r.Addr+`",mode="unknown"} 1`) {
+		t.Errorf("/metrics does not say the persistence is unknown")
+	}
 }

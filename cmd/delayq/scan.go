@@ -124,7 +124,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		}
 		return e.fail("scan", err)
 	}
-	if err := ps.start(ctx, "redis settings watch", newRedisWatch(st, c.RedisAllowEviction, redisProblems, e.log)); err != nil {
+	if err := ps.start(ctx, "redis settings watch", newRedisWatch(st, c.RedisAllowEviction, c.RedisCheckEvery, redisProblems, e.log)); err != nil {
 		return e.fail("scan", err)
 	}
 	if err := ps.start(ctx, "publisher", pub); err != nil {
