@@ -41,6 +41,10 @@ func TestSentinelFailover(t *testing.T) {
 	dups := w.waitDelivered(ids, 90*time.Second)
 	t.Logf("master killed with %d of 3000 delivered: deliveries resumed after %s; %d duplicates",
 		before, resumed.Round(time.Millisecond), dups)
+	// The settings delayq reads are the promoted master's.
+	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "redis "+s.Replica.Addr+": used") {
+		t.Errorf("stats after the failover does not name the new master %s:\n%s", s.Replica.Addr, out)
+	}
 }
 
 // TestSentinelFailoverLosesOnlyUnreplicatedWrites: replication to the
