@@ -31,7 +31,10 @@
 //     as unroutable, exchange missing) is retried the same way until
 //     MaxRefusals, then dead-lettered with the broker's reason. What can
 //     never be delivered (corrupt envelope, no route) is dead-lettered
-//     before publishing. When confirms slow down,
+//     before publishing, and so is a message claimed past its deadline
+//     (shard.Message.ExpiresAt, MaxLateness; reason expired), by the Redis
+//     clock of its claim: late for any cause (an outage of the fleet, a
+//     failed publish's retry), it is never published. When confirms slow down,
 //     the window fills and workers stop claiming: backpressure, not expired
 //     leases.
 //  5. A visit that leaves its shard with nothing due ends in the idle

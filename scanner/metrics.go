@@ -45,6 +45,7 @@ const (
 	ReasonExchangeMissing = "exchange_missing"
 	ReasonReturned        = "returned"
 	ReasonNacked          = "nacked"
+	ReasonExpired         = "expired" // claimed past its deadline (shard.Message.ExpiresAt, MaxLateness)
 )
 
 // NewMetrics creates the scanner's metrics and registers them with reg.

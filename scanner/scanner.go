@@ -497,7 +497,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
 		}
 		total += len(res.Msgs)
-		s.deliver(workCtx, i, res.Msgs)
+		s.deliver(workCtx, i, res.NowMs, res.Msgs)
 		// The claim read one entry past its batch: the new head. When it
 		// is not due yet (or the shard is empty), and no more leases have
 		// expired, another claim would come back empty.
@@ -513,16 +513,17 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 // published, so the worker can claim again while confirms are under way.
 // Each message holds a place in the window (taken before the claim) until
 // it is settled: here if it is not published, else by its settler.
-// A message that can never be published is dead-lettered, one that cannot
-// be published now is released. What cannot be settled (Redis unreachable,
+// A message that can never be published (past its deadline at nowMs, the
+// claim's Redis clock, among others) is dead-lettered, one that cannot be
+// published now is released. What cannot be settled (Redis unreachable,
 // shutdown deadline) stays leased and comes back.
-func (s *Scanner) deliver(ctx context.Context, i int, msgs []shard.Claimed) {
+func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed) {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for j := range msgs {
 		c := &msgs[j]
-		m, dead, err := s.prepare(pctx, c)
+		m, dead, err := s.prepare(pctx, nowMs, c)
 		switch {
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
@@ -552,15 +553,19 @@ type deadReason struct {
 	refused     bool
 }
 
-// prepare turns a claimed message into a publish. A non-nil dead means it
-// can never be published (dead-letter); an error means not now (release).
-func (s *Scanner) prepare(ctx context.Context, c *shard.Claimed) (publisher.Message, *deadReason, error) {
+// prepare turns a message claimed at nowMs into a publish. A non-nil dead
+// means it can never be published (dead-letter); an error means not now
+// (release).
+func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (publisher.Message, *deadReason, error) {
 	if c.Envelope == nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error(), false}, nil
+	}
+	if why, expired := env.Expired(c.DueMs, nowMs); expired {
+		return publisher.Message{}, &deadReason{ReasonExpired, why, false}, nil
 	}
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
@@ -621,7 +626,11 @@ func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, wh
 
 func (s *Scanner) buried(i int, c *shard.Claimed, why deadReason) {
 	s.d.Metrics.Dead.WithLabelValues(why.label).Inc()
-	s.log.Error("message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
+	level := zap.ErrorLevel
+	if why.label == ReasonExpired { // what its producer asked for, not a fault
+		level = zap.InfoLevel
+	}
+	s.log.Log(level, "message dead-lettered", zap.String("id", c.ID), zap.Int("shard", i),
 		zap.Int("attempt", c.Attempt), zap.String("reason", why.text))
 }
 

@@ -27,7 +27,7 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	e.RoutingKey = d.str("routing key")
 	e.ContentType = d.str("content type")
 	if v2 {
-		e.Properties = d.properties()
+		d.properties(&e)
 	}
 	n := d.count("headers", 2)
 	if d.err == nil && n > 0 {
@@ -60,16 +60,17 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	return e, nil
 }
 
-// properties reads a v2 property mask and the properties it lists.
-func (d *decoder) properties() Properties {
-	var p Properties
+// properties reads a v2 property mask and what it lists: the properties
+// and the deadline.
+func (d *decoder) properties(e *Envelope) {
+	p := &e.Properties
 	mask := d.uvarint("property mask")
 	if d.err != nil {
-		return p
+		return
 	}
 	if mask&^propAll != 0 {
 		d.fail("property mask", "unknown properties 0x%x", mask&^propAll)
-		return p
+		return
 	}
 	for i, s := range p.strings() {
 		if mask&(1<<i) != 0 {
@@ -88,10 +89,15 @@ func (d *decoder) properties() Properties {
 	if mask&propTimestamp != 0 {
 		p.Timestamp = d.timestamp("timestamp")
 	}
-	if d.err == nil && p.mask() != mask {
+	if mask&propExpires != 0 {
+		e.ExpiresMs = d.signed("expiry time", 1, math.MaxInt64)
+	}
+	if mask&propMaxLateness != 0 {
+		e.MaxLatenessMs = int64(d.unsigned("maximum lateness", math.MaxInt64))
+	}
+	if d.err == nil && e.mask() != mask {
 		d.fail("property mask", "a property is set to its zero value")
 	}
-	return p
 }
 
 // decoder reads fields in order and remembers the first error, so that the

@@ -39,7 +39,7 @@ func (e *Envelope) appendHead(dst []byte, version byte) []byte {
 
 // needsV2 reports whether e has something format v1 cannot hold.
 func (e *Envelope) needsV2() bool {
-	if !e.Properties.IsZero() {
+	if e.mask() != 0 {
 		return true
 	}
 	for _, h := range e.Headers {
@@ -53,7 +53,7 @@ func (e *Envelope) needsV2() bool {
 func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
 	dst = e.appendHead(dst, envelopeV2)
 	p := e.Properties
-	mask := p.mask()
+	mask := e.mask()
 	dst = binary.AppendUvarint(dst, mask)
 	for i, s := range p.strings() {
 		if mask&(1<<i) != 0 {
@@ -69,6 +69,12 @@ func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
 	if mask&propTimestamp != 0 {
 		dst = binary.AppendVarint(dst, p.Timestamp.Unix())
 	}
+	if mask&propExpires != 0 {
+		dst = binary.AppendVarint(dst, e.ExpiresMs)
+	}
+	if mask&propMaxLateness != 0 {
+		dst = binary.AppendUvarint(dst, uint64(e.MaxLatenessMs))
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(e.Headers)))
 	for _, h := range e.Headers {
 		dst = appendStr(dst, h.Key)
@@ -81,7 +87,7 @@ func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
 // EncodedSize is an upper bound of len(AppendEnvelope(nil, e)) when every
 // header is a string, and a good first guess otherwise.
 func (e *Envelope) EncodedSize() int {
-	n := 3 + binary.MaxVarintLen64*(8+2*len(e.Headers)) + len(e.Topic) + len(e.Exchange) +
+	n := 3 + binary.MaxVarintLen64*(10+2*len(e.Headers)) + len(e.Topic) + len(e.Exchange) +
 		len(e.RoutingKey) + len(e.ContentType) + len(e.Body)
 	for _, s := range e.Properties.strings() {
 		n += binary.MaxVarintLen64 + len(*s)

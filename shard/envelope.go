@@ -30,7 +30,27 @@ type Envelope struct {
 	Headers     []Header // sorted by Key, keys unique
 	Body        []byte
 	EnqueuedMs  int64 // producer's wall clock, unix ms; informational
+	// ExpiresMs and MaxLatenessMs are the message's deadline
+	// (Message.ExpiresAt, Message.MaxLateness); 0 is none.
+	ExpiresMs, MaxLatenessMs int64
 }
+
+// Expired reports whether a message of this envelope, scheduled for
+// dueMs and claimed at nowMs (both by the Redis clock), is past its
+// deadline, and says by how much.
+func (e *Envelope) Expired(dueMs, nowMs int64) (string, bool) {
+	switch {
+	case e.ExpiresMs > 0 && nowMs > e.ExpiresMs:
+		return fmt.Sprintf("expired: claimed %s after its expiry time %s", msText(nowMs-e.ExpiresMs),
+			time.UnixMilli(e.ExpiresMs).UTC().Format(time.RFC3339Nano)), true
+	case e.MaxLatenessMs > 0 && nowMs-dueMs > e.MaxLatenessMs:
+		return fmt.Sprintf("expired: claimed %s after it was due, more than its maximum lateness of %s",
+			msText(nowMs-dueMs), msText(e.MaxLatenessMs)), true
+	}
+	return "", false
+}
+
+func msText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
 
 // Header is one producer-supplied AMQP header. Value is an AMQP field value
 // (see the table above normalizeValue: string, the integer widths, bool,
@@ -66,6 +86,18 @@ type Properties struct {
 // IsZero reports whether no property is set.
 func (p Properties) IsZero() bool { return p.mask() == 0 }
 
+// mask is the v2 mask of the envelope: its properties and its deadline.
+func (e *Envelope) mask() uint64 {
+	m := e.Properties.mask()
+	if e.ExpiresMs != 0 {
+		m |= propExpires
+	}
+	if e.MaxLatenessMs != 0 {
+		m |= propMaxLateness
+	}
+	return m
+}
+
 // The bits of the v2 property mask, in the order the properties follow it.
 const (
 	propContentEncoding = 1 << iota
@@ -77,6 +109,9 @@ const (
 	propPriority
 	propDeliveryMode
 	propTimestamp
+	// Not AMQP properties: the deadline, after the properties.
+	propExpires
+	propMaxLateness
 	propAll = 1<<iota - 1
 )
 
@@ -128,7 +163,9 @@ const envelopeV1 = 0x01
 //
 // The mask has a bit for each property that is set (propContentEncoding
 // …); they follow in bit order: the strings as str, priority and delivery
-// mode as one byte, the timestamp as varint unix seconds. A table is as
+// mode as one byte, the timestamp as varint unix seconds, then the
+// deadline, which is no AMQP property: the expiry time as varint unix ms,
+// the maximum lateness as uvarint ms. A table is as
 // appendValue says. A set property is never its zero value, keys are in
 // increasing order, and AppendEnvelope writes v1 whenever v1 can hold the
 // envelope (no property, only string headers), so each envelope still has

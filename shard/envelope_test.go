@@ -80,7 +80,11 @@ func TestEnvelopeV2RoundTrip(t *testing.T) {
 	onlyProps.Properties.CorrelationID = "c"
 	onlyTyped := sampleEnvelope()
 	onlyTyped.Headers = []shard.Header{{Key: "n", Value: int64(1)}}
-	for _, e := range []shard.Envelope{v2Envelope(), onlyProps, onlyTyped} {
+	onlyDeadline := sampleEnvelope()
+	onlyDeadline.ExpiresMs, onlyDeadline.MaxLatenessMs = 1700000060000, 2000
+	everything := v2Envelope()
+	everything.MaxLatenessMs = 1
+	for _, e := range []shard.Envelope{v2Envelope(), onlyProps, onlyTyped, onlyDeadline, everything} {
 		b := shard.AppendEnvelope(nil, &e)
 		if b[0] != 2 {
 			t.Fatalf("format version %d, want 2", b[0])
@@ -136,6 +140,30 @@ func TestDecodeEnvelopeV2Rejects(t *testing.T) {
 	}
 }
 
+// TestEnvelopeExpired: the expiry time and the maximum lateness, each
+// alone and together (the earlier applies).
+func TestEnvelopeExpired(t *testing.T) {
+	const due, expires = 1_000_000, 1_005_000
+	for _, c := range []struct {
+		expiresMs, maxLate, now int64
+		want                    bool
+	}{
+		{0, 0, due + 1e9, false},
+		{expires, 0, expires, false},
+		{expires, 0, expires + 1, true},
+		{0, 2000, due + 2000, false},
+		{0, 2000, due + 2001, true},
+		{expires, 2000, due + 2001, true},
+		{expires, 9000, expires + 1, true},
+	} {
+		e := shard.Envelope{ExpiresMs: c.expiresMs, MaxLatenessMs: c.maxLate}
+		why, got := e.Expired(due, c.now)
+		if got != c.want || got != (why != "") {
+			t.Errorf("expires %d, max lateness %d, claimed at %d: %v %q, want %v", c.expiresMs, c.maxLate, c.now, got, why, c.want)
+		}
+	}
+}
+
 func TestDecodeEnvelopeRejects(t *testing.T) {
 	e := sampleEnvelope()
 	good := shard.AppendEnvelope(nil, &e)
@@ -166,6 +194,8 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	v2 := v2Envelope()
+	f.Add(shard.AppendEnvelope(nil, &v2))
+	v2.ExpiresMs, v2.MaxLatenessMs = 1700000060000, 2000
 	f.Add(shard.AppendEnvelope(nil, &v2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := shard.DecodeEnvelope(b)

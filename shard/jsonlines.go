@@ -34,6 +34,8 @@ type jsonLine struct {
 	RoutingKey  string                     `json:"routing_key"`
 	DelayMs     *int64                     `json:"delay_ms"`
 	AtMs        *int64                     `json:"at_ms"`
+	ExpiresAtMs *int64                     `json:"expires_at_ms"`
+	MaxLateMs   *int64                     `json:"max_lateness_ms"`
 	Headers     map[string]json.RawMessage `json:"headers"`
 	Body        *string                    `json:"body"`
 	BodyBase64  *string                    `json:"body_base64"`
@@ -56,7 +58,9 @@ type jsonLine struct {
 //	{"id":"order-42","topic":"order.cancel","delay_ms":1800000,"body":"..."}
 //
 // Fields: id; topic, or exchange and routing_key; delay_ms or at_ms (unix
-// ms); headers (an object of typed values: see ParseJSONValue); body
+// ms); the deadline, expires_at_ms (unix ms) and/or max_lateness_ms
+// (Message.ExpiresAt, MaxLateness); headers (an object of typed values:
+// see ParseJSONValue); body
 // (text) or body_base64; content_type; retry (a schedule: ["15s","3m"]);
 // the AMQP properties content_encoding, correlation_id, reply_to,
 // expiration, type, app_id, priority, delivery_mode and timestamp (unix
@@ -205,6 +209,18 @@ func ParseLine(raw []byte) (Message, error) {
 		m.At = time.UnixMilli(*l.AtMs)
 	default:
 		return Message{}, invalid("delay_ms", "missing: give delay_ms or at_ms")
+	}
+	if l.ExpiresAtMs != nil {
+		if *l.ExpiresAtMs < minAt.UnixMilli() || *l.ExpiresAtMs >= maxAt.UnixMilli() {
+			return Message{}, invalid("expires_at_ms", "%d is outside [%d, %d)", *l.ExpiresAtMs, minAt.UnixMilli(), maxAt.UnixMilli())
+		}
+		m.ExpiresAt = time.UnixMilli(*l.ExpiresAtMs)
+	}
+	if l.MaxLateMs != nil {
+		if *l.MaxLateMs <= 0 || *l.MaxLateMs > MaxDelay.Milliseconds() {
+			return Message{}, invalid("max_lateness_ms", "%d is outside [1, %d]", *l.MaxLateMs, MaxDelay.Milliseconds())
+		}
+		m.MaxLateness = time.Duration(*l.MaxLateMs) * time.Millisecond
 	}
 	switch {
 	case l.Body != nil && l.BodyBase64 != nil:

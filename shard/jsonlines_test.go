@@ -132,11 +132,24 @@ func TestLineErrorsSpeakJSON(t *testing.T) {
 		`{"id":"a",`:                                                        "invalid JSON",
 		`{"id":"a","colour":"red"}`:                                         `unknown field "colour"`,
 		`{"id" "a"}`:                                                        "invalid JSON at byte",
+		`{"id":"a","topic":"t","delay_ms":1,"max_lateness_ms":0}`:           "max_lateness_ms: 0 is outside [1, ",
+		`{"id":"a","topic":"t","delay_ms":1,"expires_at_ms":5}`:             "expires_at_ms: 5 is outside [",
+		`{"id":"a","topic":"t","delay_ms":1,"expires_at_ms":"soon"}`:        "expires_at_ms: want a whole number, got a string",
 	} {
 		_, err := shard.ParseLine([]byte(line))
 		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "jsonLine") {
 			t.Errorf("%s: error %v, want it to say %q and no Go names", line, err, want)
 		}
+	}
+}
+
+func TestDeadlineInJSONLines(t *testing.T) {
+	m, err := shard.ParseLine([]byte(`{"id":"a","topic":"t","at_ms":1800000000000,"expires_at_ms":1800000060000,"max_lateness_ms":2000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.ExpiresAt.Equal(time.UnixMilli(1800000060000)) || m.MaxLateness != 2*time.Second {
+		t.Errorf("expires %v, max lateness %v", m.ExpiresAt, m.MaxLateness)
 	}
 }
 

@@ -106,6 +106,16 @@ type Message struct {
 	Delay time.Duration
 	At    time.Time
 
+	// The deadline: a message claimed after it is never published but
+	// goes to the dead set with reason "expired" (a meeting reminder that
+	// is worthless once the meeting started). ExpiresAt is its latest
+	// useful time, by the Redis clock; MaxLateness how long after the time
+	// it was scheduled for it may still be published (a redelivery keeps
+	// that time). Either, both (the earlier applies) or neither (published
+	// however late). A deadline before the due time is an ErrInvalid.
+	ExpiresAt   time.Time
+	MaxLateness time.Duration
+
 	// Retry is a retry schedule for the consumer: when processing fails,
 	// Producer.Retry schedules the same id again after the next delay, and
 	// dead-letters it when the schedule is exhausted. For example
@@ -228,10 +238,43 @@ func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
 	if !p.Timestamp.IsZero() {
 		p.Timestamp = time.Unix(p.Timestamp.Unix(), 0).UTC()
 	}
+	expires, maxLate, err := m.deadline(now)
+	if err != nil {
+		return Envelope{}, err
+	}
 	return Envelope{
 		Topic: m.Topic, Exchange: m.Exchange, RoutingKey: m.RoutingKey, ContentType: m.ContentType,
 		Properties: p, Headers: hs, Body: m.Body, EnqueuedMs: now.UnixMilli(),
+		ExpiresMs: expires, MaxLatenessMs: maxLate,
 	}, nil
+}
+
+// deadline checks ExpiresAt and MaxLateness and returns them in ms (0:
+// none). An expiry before the due time (At, or now plus Delay by the
+// producer's clock) is refused: the message could never be published.
+func (m *Message) deadline(now time.Time) (expires, maxLate int64, err error) {
+	if m.MaxLateness < 0 || m.MaxLateness > MaxDelay {
+		return 0, 0, invalid("max_lateness", "%s is outside [0, %s]", m.MaxLateness, MaxDelay)
+	}
+	if m.MaxLateness > 0 && m.MaxLateness < time.Millisecond {
+		return 0, 0, invalid("max_lateness", "%s is less than a millisecond", m.MaxLateness)
+	}
+	if m.ExpiresAt.IsZero() {
+		return 0, m.MaxLateness.Milliseconds(), nil
+	}
+	if m.ExpiresAt.Before(minAt) || !m.ExpiresAt.Before(maxAt) {
+		return 0, 0, invalid("expires_at", "%s is outside [%s, %s)", m.ExpiresAt.UTC().Format(time.RFC3339),
+			minAt.Format("2006-01-02"), maxAt.Format("2006-01-02"))
+	}
+	due := m.At
+	if due.IsZero() {
+		due = now.Add(m.Delay)
+	}
+	if m.ExpiresAt.Before(due) {
+		return 0, 0, invalid("expires_at", "%s is before the message is due (%s)", m.ExpiresAt.UTC().Format(time.RFC3339Nano),
+			due.UTC().Format(time.RFC3339Nano))
+	}
+	return m.ExpiresAt.UnixMilli(), m.MaxLateness.Milliseconds(), nil
 }
 
 // headerList checks a message's headers and returns them sorted, with

@@ -602,6 +602,15 @@ func TestValidation(t *testing.T) {
 		"no destination":  {func(m *shard.Message) { m.Topic = "" }, "destination"},
 		"both":            {func(m *shard.Message) { m.Exchange = "x" }, "destination"},
 		"long topic":      {func(m *shard.Message) { m.Topic = strings.Repeat("t", 256) }, "topic"},
+		"expiry before due": {func(m *shard.Message) {
+			m.At, m.ExpiresAt = time.Now().Add(time.Hour), time.Now().Add(time.Minute)
+		}, "expires_at"},
+		"expiry before delay": {func(m *shard.Message) {
+			m.Delay, m.ExpiresAt = time.Hour, time.Now().Add(time.Minute)
+		}, "expires_at"},
+		"absurd expiry":          {func(m *shard.Message) { m.ExpiresAt = time.Unix(5, 0) }, "expires_at"},
+		"negative max lateness":  {func(m *shard.Message) { m.MaxLateness = -time.Second }, "max_lateness"},
+		"max lateness under 1ms": {func(m *shard.Message) { m.MaxLateness = time.Microsecond }, "max_lateness"},
 	} {
 		m := ok
 		c.mutate(&m)

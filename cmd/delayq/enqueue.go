@@ -36,7 +36,8 @@ func (h headerFlag) Set(v string) error {
 
 type enqueueOpts struct {
 	id, topic, exchange, routingKey, contentType, body, bodyFile, at, file string
-	delay                                                                  time.Duration
+	expiresAt                                                              string
+	delay, maxLateness                                                     time.Duration
 	headers                                                                headerFlag
 	upsert                                                                 bool
 	batch                                                                  int
@@ -51,6 +52,8 @@ func enqueueFlags() (*flag.FlagSet, *enqueueOpts) {
 	fs.StringVar(&o.routingKey, "routing-key", "", "routing key for --exchange")
 	durationVar(fs, &o.delay, "delay", 0, "publish after this delay (Redis clock), e.g. 90s, 30m or 36h")
 	fs.StringVar(&o.at, "at", "", "publish at this RFC 3339 time")
+	fs.StringVar(&o.expiresAt, "expires-at", "", "never publish after this RFC 3339 time: claimed later, the message is dead-lettered as expired")
+	durationVar(fs, &o.maxLateness, "max-lateness", 0, "never publish more than this late: claimed later, the message is dead-lettered as expired")
 	fs.Var(o.headers, "header", "AMQP header key=value (repeatable)")
 	fs.StringVar(&o.contentType, "content-type", "", "AMQP content type")
 	fs.StringVar(&o.body, "body", "", "message body text")
@@ -74,7 +77,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.file != "" {
 		// The messages, and every field of them, come from the file.
-		for _, f := range []string{"id", "topic", "exchange", "routing-key", "delay", "at", "header", "content-type", "body", "body-file"} {
+		for _, f := range []string{"id", "topic", "exchange", "routing-key", "delay", "at", "expires-at", "max-lateness", "header", "content-type", "body", "body-file"} {
 			if set[f] {
 				fmt.Fprintf(e.stderr, "delayq enqueue: --%s does not go with -f: each line of the file gives its own fields\n", f)
 				return exitUsage
@@ -91,7 +94,8 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	m := shard.Message{ID: o.id, Topic: o.topic, Exchange: o.exchange, RoutingKey: o.routingKey,
-		Headers: amqp.Table(o.headers), ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay}
+		Headers: amqp.Table(o.headers), ContentType: o.contentType, Body: []byte(o.body), Delay: o.delay,
+		MaxLateness: o.maxLateness}
 	switch {
 	case set["delay"] && set["at"]:
 		fmt.Fprintln(e.stderr, "delayq enqueue: give --delay or --at, not both")
@@ -104,7 +108,13 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	}
 	if set["at"] {
-		if m.At, err = parseAt(o.at); err != nil {
+		if m.At, err = parseAt("at", o.at); err != nil {
+			fmt.Fprintf(e.stderr, "delayq enqueue: %v\n", err)
+			return exitUsage
+		}
+	}
+	if set["expires-at"] {
+		if m.ExpiresAt, err = parseAt("expires-at", o.expiresAt); err != nil {
 			fmt.Fprintf(e.stderr, "delayq enqueue: %v\n", err)
 			return exitUsage
 		}

@@ -26,11 +26,11 @@ func (d *durationValue) Set(s string) error {
 	return nil
 }
 
-// parseAt reads an --at value: an RFC 3339 time with its zone.
-func parseAt(s string) (time.Time, error) {
+// parseAt reads a time flag (--at, --expires-at): an RFC 3339 time with its zone.
+func parseAt(flag, s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("--at %q: want an RFC 3339 time with its zone, e.g. 2030-01-01T09:00:00Z or 2030-01-01T09:00:00+02:00", s)
+		return time.Time{}, fmt.Errorf("--%s %q: want an RFC 3339 time with its zone, e.g. 2030-01-01T09:00:00Z or 2030-01-01T09:00:00+02:00", flag, s)
 	}
 	return t, nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
@@ -99,6 +100,10 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 			label = "attempt"
 		}
 		row(label, fmt.Sprintf("%d (the x-delayq-attempt a consumer sees)", v.Attempt))
+	}
+	row("expires at", v.ExpiresAt)
+	if v.MaxLatenessMs > 0 {
+		row("max lateness", (time.Duration(v.MaxLatenessMs) * time.Millisecond).String())
 	}
 	row("reason", v.Reason)
 	row("topic", v.Topic)

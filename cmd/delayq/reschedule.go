@@ -122,7 +122,7 @@ func runReschedule(ctx context.Context, e *env, args []string) int {
 	defer done()
 	var due time.Time
 	if set["at"] {
-		t, perr := parseAt(*at)
+		t, perr := parseAt("at", *at)
 		if perr != nil {
 			fmt.Fprintf(e.stderr, "delayq reschedule: %v\n", perr)
 			return exitUsage

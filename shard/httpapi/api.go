@@ -378,22 +378,25 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 
 // Message is a message as GET /v1/messages/{id} shows it.
 type Message struct {
-	ID          string         `json:"id"`
-	State       shard.State    `json:"state"`
-	Shard       int            `json:"shard"`
-	At          string         `json:"at,omitempty"` // due, lease deadline or dead since, by state
-	Scheduled   string         `json:"scheduled,omitempty"`
-	Attempts    int            `json:"attempts"`
-	Reason      string         `json:"reason,omitempty"`
-	Topic       string         `json:"topic,omitempty"`
-	Exchange    string         `json:"exchange,omitempty"`
-	RoutingKey  string         `json:"routing_key,omitempty"`
-	ContentType string         `json:"content_type,omitempty"`
-	Properties  map[string]any `json:"properties,omitempty"`
-	Headers     map[string]any `json:"headers,omitempty"` // typed: see shard.ParseJSONValue
-	Body        *string        `json:"body,omitempty"`    // when it is UTF-8 text
-	BodyBase64  *string        `json:"body_base64,omitempty"`
-	Corrupt     string         `json:"corrupt,omitempty"`
+	ID        string      `json:"id"`
+	State     shard.State `json:"state"`
+	Shard     int         `json:"shard"`
+	At        string      `json:"at,omitempty"` // due, lease deadline or dead since, by state
+	Scheduled string      `json:"scheduled,omitempty"`
+	// ExpiresAt and MaxLatenessMs are the message's deadline, if any.
+	ExpiresAt     string         `json:"expires_at,omitempty"`
+	MaxLatenessMs int64          `json:"max_lateness_ms,omitempty"`
+	Attempts      int            `json:"attempts"`
+	Reason        string         `json:"reason,omitempty"`
+	Topic         string         `json:"topic,omitempty"`
+	Exchange      string         `json:"exchange,omitempty"`
+	RoutingKey    string         `json:"routing_key,omitempty"`
+	ContentType   string         `json:"content_type,omitempty"`
+	Properties    map[string]any `json:"properties,omitempty"`
+	Headers       map[string]any `json:"headers,omitempty"` // typed: see shard.ParseJSONValue
+	Body          *string        `json:"body,omitempty"`    // when it is UTF-8 text
+	BodyBase64    *string        `json:"body_base64,omitempty"`
+	Corrupt       string         `json:"corrupt,omitempty"`
 }
 
 // MessageOf renders what Inspect found.
@@ -407,6 +410,10 @@ func MessageOf(info shard.Info) Message {
 	}
 	if e := info.Envelope; e != nil {
 		v.Topic, v.Exchange, v.RoutingKey, v.ContentType = e.Topic, e.Exchange, e.RoutingKey, e.ContentType
+		if e.ExpiresMs > 0 {
+			v.ExpiresAt = time.UnixMilli(e.ExpiresMs).UTC().Format(time.RFC3339Nano)
+		}
+		v.MaxLatenessMs = e.MaxLatenessMs
 		v.Properties = PropertiesOf(e.Properties)
 		if len(e.Headers) > 0 {
 			v.Headers = map[string]any{}

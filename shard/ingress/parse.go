@@ -24,6 +24,13 @@ const (
 	HeaderDelay = "x-delay"
 	// HeaderAt: the due time in unix ms (integer or numeric string).
 	HeaderAt = "x-delayq-at"
+	// HeaderExpiresAt: the latest useful time in unix ms; claimed after
+	// it, the message is dead-lettered as expired, never published
+	// (shard.Message.ExpiresAt).
+	HeaderExpiresAt = "x-delayq-expires-at"
+	// HeaderMaxLateness: in ms, how late the message may still be
+	// published (shard.Message.MaxLateness).
+	HeaderMaxLateness = "x-delayq-max-lateness"
 	// HeaderExchange: deliver to this exchange instead of the ingress's
 	// target (the routing key is still the one published with).
 	HeaderExchange = "x-delayq-exchange"
@@ -40,7 +47,7 @@ const (
 // Rejection reasons: the reason label of delayq_ingress_rejected_total
 // and the first word of a rejection's log line.
 const (
-	ReasonDelay    = "bad_delay"      // x-delay or x-delayq-at is not a usable time
+	ReasonDelay    = "bad_delay"      // x-delay, x-delayq-at or a deadline header is not a usable time
 	ReasonID       = "bad_id"         // message_id is not a valid delayq id
 	ReasonBody     = "body_too_large" // over the body limit
 	ReasonHeader   = "bad_header"     // a header value or name delayq cannot keep
@@ -160,6 +167,15 @@ func Parse(d *amqp.Delivery, target string, maxBody int) (Request, error) {
 		}
 		m.Delay = time.Duration(max(*ctl.delay, 0)) * time.Millisecond
 	}
+	if ctl.expiresAt != nil {
+		m.ExpiresAt = time.UnixMilli(*ctl.expiresAt)
+	}
+	if ctl.maxLate != nil {
+		if *ctl.maxLate > shard.MaxDelay.Milliseconds() {
+			return r, reject(ReasonDelay, "%s = %d ms is more than %s", HeaderMaxLateness, *ctl.maxLate, shard.MaxDelay)
+		}
+		m.MaxLateness = time.Duration(*ctl.maxLate) * time.Millisecond
+	}
 	r.Kind, r.Message = Schedule, m
 	return r, nil
 }
@@ -176,7 +192,7 @@ func ReasonOf(err error) string {
 		return ReasonID
 	case f == "body":
 		return ReasonBody
-	case f == "at" || f == "delay":
+	case f == "at" || f == "delay" || f == "expires_at" || f == "max_lateness":
 		return ReasonDelay
 	case f == "destination" || f == "exchange" || f == "routing_key":
 		return ReasonTarget
@@ -210,6 +226,8 @@ func BrokerHeader(name string) bool {
 // control is what the control headers say.
 type control struct {
 	delay, at  *int64
+	expiresAt  *int64
+	maxLate    *int64
 	exchange   *string
 	cancel     bool
 	retry      string
@@ -244,6 +262,19 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 				return nil, reject(ReasonDelay, "%s = %s: %v", k, shard.FormatValue(v), err)
 			}
 			c.at = &ms
+		case HeaderExpiresAt, HeaderMaxLateness:
+			ms, err := millis(v)
+			if err == nil && ms <= 0 {
+				err = fmt.Errorf("%d is not a positive number of milliseconds", ms)
+			}
+			if err != nil {
+				return nil, reject(ReasonDelay, "%s = %s: %v", k, shard.FormatValue(v), err)
+			}
+			if k == HeaderExpiresAt {
+				c.expiresAt = &ms
+			} else {
+				c.maxLate = &ms
+			}
 		case HeaderExchange:
 			s, ok := v.(string)
 			if !ok || len(s) > shard.MaxNameLen {
@@ -266,8 +297,9 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 		case shard.HeaderDueMs, shard.HeaderAttempt:
 			// from a past delivery: not the new message's
 		default:
-			return nil, reject(ReasonControl, "unknown header %s (names starting with %s are delayq's: %s, %s, %s, %s, %s)",
-				k, shard.ReservedHeaderPrefix, HeaderAt, HeaderExchange, HeaderCancel, shard.HeaderRetry, HeaderRetryCause)
+			return nil, reject(ReasonControl, "unknown header %s (names starting with %s are delayq's: %s, %s, %s, %s, %s, %s, %s)",
+				k, shard.ReservedHeaderPrefix, HeaderAt, HeaderExpiresAt, HeaderMaxLateness, HeaderExchange, HeaderCancel,
+				shard.HeaderRetry, HeaderRetryCause)
 		}
 	}
 	if c.delay != nil && c.at != nil {

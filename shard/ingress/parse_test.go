@@ -240,3 +240,25 @@ func TestBrokerHeadersAreDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineHeaders: x-delayq-expires-at (unix ms) and
+// x-delayq-max-lateness (ms) give the message its deadline; a value that
+// is not a positive number of ms is rejected as bad_delay.
+func TestDeadlineHeaders(t *testing.T) {
+	r, err := ingress.Parse(delivery(amqp.Table{"x-delay": int32(1000), ingress.HeaderExpiresAt: int64(1800000060000),
+		ingress.HeaderMaxLateness: "2000"}), "orders", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := r.Message; !m.ExpiresAt.Equal(time.UnixMilli(1800000060000)) || m.MaxLateness != 2*time.Second {
+		t.Errorf("expires %v, max lateness %v", m.ExpiresAt, m.MaxLateness)
+	}
+	for _, h := range []amqp.Table{{ingress.HeaderMaxLateness: int32(0)}, {ingress.HeaderMaxLateness: "soon"},
+		{ingress.HeaderExpiresAt: int64(-5)}} {
+		_, err := ingress.Parse(delivery(h), "orders", 1024)
+		var re *ingress.RejectError
+		if !errors.As(err, &re) || re.Reason != ingress.ReasonDelay {
+			t.Errorf("%v: %v, want a bad_delay rejection", h, err)
+		}
+	}
+}
