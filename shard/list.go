@@ -45,6 +45,21 @@ type BrowseQuery struct {
 	MaxScan int
 }
 
+// ParseWindowEnd reads one end of a due window (the from and to of a
+// listing or a bulk filter) as people write it: a duration from now
+// ("30m", "-1h") or an RFC 3339 time. The error is an *InvalidError
+// naming field.
+func ParseWindowEnd(field, v string, now time.Time) (time.Time, error) {
+	v = strings.TrimSpace(v)
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, invalid(field, "%q: give a duration from now (30m, -1h) or a time (2030-01-01T09:00:00Z)", v)
+}
+
 // BrowseCursor is where a listing goes on: after entry After of Shard.
 type BrowseCursor struct {
 	Shard int
@@ -287,44 +302,4 @@ func (p *Producer) CancelBatch(ctx context.Context, ids []string) (errs []error,
 		}
 	}
 	return errs, cancel(again, false)
-}
-
-// ClearShard cancels the scheduled messages of shard i that match (all
-// when match is nil), a page of 500 and one cancel call per 64 ids at a
-// time, so Redis is never blocked however many there are. Messages in
-// flight cannot be cancelled: they are counted in inFlight and left alone.
-// A message scheduled into the shard while it runs may or may not be
-// cancelled.
-func (s *Store) ClearShard(ctx context.Context, i int, match func(*Listed) bool) (cancelled, inFlight int, err error) {
-	var after ListCursor
-	for {
-		page, next, more, err := s.List(ctx, i, after, 500)
-		if err != nil {
-			return cancelled, inFlight, err
-		}
-		var ids []string
-		for j := range page {
-			if match == nil || match(&page[j]) {
-				ids = append(ids, page[j].ID)
-			}
-		}
-		if len(ids) > 0 {
-			errs, err := s.CancelMany(ctx, i, ids)
-			if err != nil {
-				return cancelled, inFlight, err
-			}
-			for _, e := range errs {
-				switch {
-				case e == nil:
-					cancelled++
-				case errors.Is(e, ErrInFlight):
-					inFlight++
-				}
-			}
-		}
-		if !more {
-			return cancelled, inFlight, nil
-		}
-		after = next
-	}
 }

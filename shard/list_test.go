@@ -127,9 +127,9 @@ func TestCancelBatch(t *testing.T) {
 	}
 }
 
-// TestClearShardByTopic: clearing cancels what matches, page after page,
-// and leaves the rest and what is in flight.
-func TestClearShardByTopic(t *testing.T) {
+// TestBulkCancelByTopic: a bulk cancel takes what matches, page after
+// page, and leaves the rest and what is in flight.
+func TestBulkCancelByTopic(t *testing.T) {
 	b := setup(t, 1)
 	var msgs []shard.Message
 	for i := range 1200 {
@@ -145,9 +145,9 @@ func TestClearShardByTopic(t *testing.T) {
 	if r, err := b.store.Claim(b.ctx, 0, 1, time.Minute); err != nil || len(r.Msgs) != 1 || r.Msgs[0].ID != "x0" {
 		t.Fatalf("claim x0 (topic drop): %+v %v", r, err)
 	}
-	cancelled, inFlight, err := b.store.ClearShard(b.ctx, 0, func(l *shard.Listed) bool { return l.Envelope != nil && l.Envelope.Topic == "drop" })
-	if err != nil || cancelled != 599 || inFlight != 0 {
-		t.Fatalf("clear topic drop: cancelled %d, in flight %d, %v; want 599, 0", cancelled, inFlight, err)
+	p, err := b.store.BulkCancel(b.ctx, 1, shard.BulkFilter{Topic: "drop"}, nil)
+	if err != nil || p.Cancelled != 599 || p.InFlight != 0 {
+		t.Fatalf("clear topic drop: %+v, %v; want 599 cancelled, 0 in flight", p, err)
 	}
 	st, _ := b.store.Stats(b.ctx, 1)
 	if st[0].Scheduled != 600 || st[0].InFlight != 1 {

@@ -739,6 +739,36 @@ end
 return out
 `)
 
+// bulkCancelScript is cancelManyScript for a bulk cancel job: it also
+// counts what it cancelled in the job's counter of the shard, in the same
+// call, so the count survives its caller (Store.BulkCancel).
+//
+//	KEYS[1..4] as cancelScript   KEYS[5] the job's counter HASH (BulkKey)
+//	ARGV[1] ms the counter lives after this call   ARGV[2..] ids (at most maxCancelMany)
+//
+// Returns one status per id, as cancelManyScript's. Complexity: O(n log N).
+var bulkCancelScript = redis.NewScript(`
+local out, n = {}, 0
+for j = 2, #ARGV do
+  local id = ARGV[j]
+  if redis.call('ZSCORE', KEYS[3], id) then
+    out[j - 1] = -1
+  elseif redis.call('ZREM', KEYS[1], id) == 0 then
+    out[j - 1] = 0
+  else
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[4], id)
+    out[j - 1] = 1
+    n = n + 1
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[5], 'cancelled', n)
+  redis.call('PEXPIRE', KEYS[5], ARGV[1])
+end
+return out
+`)
+
 // heartbeatScript renews (or ends) a scanner process's membership and
 // returns the live members.
 //
@@ -766,4 +796,5 @@ var allScripts = []*redis.Script{heartbeatScript,
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
+	bulkCancelScript,
 }

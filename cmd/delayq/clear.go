@@ -7,22 +7,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
-
 	"strings"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/shard"
 )
 
 func clearCommand() command {
-	return command{name: "clear", args: "--all [--dead] | --topic T | --prefix P [--yes]",
-		summary: "cancel scheduled messages in bulk, after a confirmation", run: runClear,
+	return command{name: "clear", args: "(--topic T | --prefix P | --from W | --to W)... | --all [--dead] [--dry-run] [--yes]",
+		summary: "cancel scheduled messages in bulk, by filter, after a confirmation", run: runClear,
 		flags: func() *flag.FlagSet { fs, _ := newClearFlags(); return fs }}
 }
 
 // clearFlags are `delayq clear`'s flags.
 type clearFlags struct {
-	all, dead, yes bool
-	topic, prefix  string
+	all, dead, yes, dryRun  bool
+	topic, prefix, from, to string
 }
 
 func newClearFlags() (*flag.FlagSet, *clearFlags) {
@@ -31,18 +33,24 @@ func newClearFlags() (*flag.FlagSet, *clearFlags) {
 	fs.BoolVar(&o.all, "all", false, "every scheduled message of the namespace")
 	fs.StringVar(&o.topic, "topic", "", "the scheduled messages of this topic")
 	fs.StringVar(&o.prefix, "prefix", "", "the scheduled messages whose id starts with this")
+	fs.StringVar(&o.from, "from", "", "the scheduled messages due at or after this: a duration from now (30m, -1h) or an RFC 3339 time")
+	fs.StringVar(&o.to, "to", "", "the scheduled messages due at or before this: a duration from now or an RFC 3339 time")
 	fs.BoolVar(&o.dead, "dead", false, "with --all: purge the dead sets too")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "only count what the filter selects now; change nothing")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
 	return fs, o
 }
 
-// runClear: delayq clear (--all | --topic T | --prefix P) [--dead] [--yes]
-// cancels scheduled messages in bulk, shard after shard, a page of 500 and
-// one script call per 64 ids at a time. It asks for the namespace's name
-// first, unless --yes is given; without a terminal to ask on it refuses.
+// runClear: delayq clear cancels the scheduled messages a filter selects
+// (a topic, an id prefix, a due window: all that are given must hold; or
+// --all), shard after shard, a page of at most 500 entries and one script
+// call per 64 ids at a time (shard.Store.BulkCancel). The count lives in
+// Redis: a run that was killed can be run again with the same filter and
+// ends with the right total. It counts first and asks for the namespace's
+// name, unless --yes; without a terminal to ask on it refuses. It writes
+// one audit line with the filter and the count.
 func runClear(ctx context.Context, e *env, args []string) int {
 	fs, o := newClearFlags()
-	all, topic, prefix, dead, yes := &o.all, &o.topic, &o.prefix, &o.dead, &o.yes
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil || len(pos) > 0 {
 		if err == nil {
@@ -50,33 +58,50 @@ func runClear(ctx context.Context, e *env, args []string) int {
 		}
 		return exitUsage
 	}
-	chosen := 0
-	for _, on := range []bool{*all, *topic != "", *prefix != ""} {
-		if on {
-			chosen++
+	f := shard.BulkFilter{Topic: o.topic, Prefix: o.prefix, All: o.all}
+	now := time.Now()
+	for _, w := range []struct {
+		flag, v string
+		to      *time.Time
+	}{{"from", o.from, &f.From}, {"to", o.to, &f.To}} {
+		if w.v == "" {
+			continue
+		}
+		if *w.to, err = shard.ParseWindowEnd(w.flag, w.v, now); err != nil {
+			fmt.Fprintf(e.stderr, "delayq clear: --%v\n", err)
+			return exitUsage
 		}
 	}
-	switch {
-	case chosen != 1:
-		fmt.Fprintln(e.stderr, "delayq clear: give exactly one of --all, --topic T, --prefix P")
+	if err := f.Validate(); err != nil {
+		fmt.Fprintf(e.stderr, "delayq clear: %v (--topic, --prefix, --from, --to, or --all)\n", err)
 		return exitUsage
-	case *dead && !*all:
+	}
+	if o.dead && !o.all {
 		fmt.Fprintln(e.stderr, "delayq clear: --dead goes with --all")
 		return exitUsage
 	}
-	what := "every scheduled message"
-	match := func(*shard.Listed) bool { return true }
-	switch {
-	case *topic != "":
-		what = fmt.Sprintf("the scheduled messages of topic %q", *topic)
-		match = func(l *shard.Listed) bool { return l.Envelope != nil && l.Envelope.Topic == *topic }
-	case *prefix != "":
-		what = fmt.Sprintf("the scheduled messages whose id starts with %q", *prefix)
-		match = func(l *shard.Listed) bool { return strings.HasPrefix(l.ID, *prefix) }
-	case *dead:
-		what = "every scheduled and every dead message"
+	rdb, st, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("clear", err)
 	}
-	if !*yes {
+	defer rdb.Close()
+	n, err := e.allShards(ctx, st)
+	if err != nil {
+		return e.fail("clear", err)
+	}
+	count, err := st.CountMatching(ctx, n, f)
+	if err != nil {
+		return e.fail("clear", err)
+	}
+	what := fmt.Sprintf("%d scheduled messages (%s)", count, f)
+	if o.dead {
+		what += " and every dead message"
+	}
+	if o.dryRun {
+		fmt.Fprintf(e.stdout, "would cancel %d scheduled messages (%s) of namespace %q\n", count, f, e.cfg.Namespace)
+		return exitOK
+	}
+	if !o.yes {
 		if !isTerminal(e.stdin) {
 			fmt.Fprintf(e.stderr, "delayq clear: this cancels %s of namespace %q; give --yes (no terminal to ask on)\n", what, e.cfg.Namespace)
 			return exitUsage
@@ -88,24 +113,32 @@ func runClear(ctx context.Context, e *env, args []string) int {
 			return exitFail
 		}
 	}
-	rdb, st, err := e.connect(ctx)
+	crash, err := crashPoint()
 	if err != nil {
 		return e.fail("clear", err)
 	}
-	defer rdb.Close()
-	n, err := e.allShards(ctx, st)
-	if err != nil {
-		return e.fail("clear", err)
+	var bar *bulkBar
+	if isTerminal(e.stderr) {
+		bar = &bulkBar{w: e.stderr, start: time.Now(), total: count}
+		defer bar.done()
 	}
-	var cancelled, inFlight, purged int
-	for i := range n {
-		c, f, err := st.ClearShard(ctx, i, match)
-		cancelled, inFlight = cancelled+c, inFlight+f
-		if err != nil {
-			fmt.Fprintf(e.stdout, "cancelled %d before the error\n", cancelled)
-			return e.fail("clear", fmt.Errorf("shard %d: %w", i, err))
+	res, err := st.BulkCancel(ctx, n, f, func(p shard.BulkProgress) {
+		if bar != nil {
+			bar.update(p)
 		}
-		if *dead {
+		if crash != nil {
+			crash("page")
+		}
+	})
+	e.log.Info("audit", zap.String("via", "cli"), zap.String("action", "bulk cancel"), zap.String("target", f.String()),
+		zap.Int("count", res.Cancelled), zap.String("result", resultOf(err)))
+	if err != nil {
+		fmt.Fprintf(e.stdout, "cancelled %d before the error; run the same command again to go on\n", res.Cancelled)
+		return e.fail("clear", err)
+	}
+	purged := 0
+	if o.dead {
+		for i := range n {
 			p, err := purgeDead(ctx, st, i)
 			purged += p
 			if err != nil {
@@ -113,15 +146,25 @@ func runClear(ctx context.Context, e *env, args []string) int {
 			}
 		}
 	}
-	fmt.Fprintf(e.stdout, "cancelled %d", cancelled)
-	if *dead {
+	fmt.Fprintf(e.stdout, "cancelled %d", res.Cancelled)
+	if res.Before > 0 {
+		fmt.Fprintf(e.stdout, " (%d of them by an earlier run of this filter that did not finish)", res.Before)
+	}
+	if o.dead {
 		fmt.Fprintf(e.stdout, ", purged %d dead", purged)
 	}
-	if inFlight > 0 {
-		fmt.Fprintf(e.stdout, "; %d in flight could not be cancelled (they are being published)", inFlight)
+	if res.InFlight > 0 {
+		fmt.Fprintf(e.stdout, "; %d in flight could not be cancelled (they are being published)", res.InFlight)
 	}
 	fmt.Fprintln(e.stdout)
 	return exitOK
+}
+
+func resultOf(err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return "ok"
 }
 
 // purgeDead deletes what was dead in shard i when it started.

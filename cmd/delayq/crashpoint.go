@@ -13,12 +13,14 @@ import (
 
 // crashEnv names a test-only variable: DELAYQ_TEST_KILL_AT=step:n makes
 // `delayq scan` SIGKILL itself the n-th time its ingress reaches step
-// (received, stored, acked), so that the crash tests can kill the process
-// at each line between a consume and its ack. It is not in the Config
-// table: nothing but the tests should set it.
+// (received, stored, acked), and `delayq clear` the n-th time a page of
+// its bulk cancel is done (step "page"), so that the crash tests can kill
+// the process at each line between a write and the next. It is not in the
+// Config table: nothing but the tests should set it.
 const crashEnv = "DELAYQ_TEST_KILL_AT"
 
 // crashPoint returns the ingress AtStep hook crashEnv asks for, or nil.
+// Other commands pass their own steps, as ingress.Step values.
 func crashPoint() (func(ingress.Step), error) {
 	v := os.Getenv(crashEnv)
 	if v == "" {

@@ -81,10 +81,30 @@ func TestListCancelAndClear(t *testing.T) {
 	if _, e, code := w.delayq("", "clear", "--topic", "trial.end"); code != 2 || !strings.Contains(e, "--yes") {
 		t.Errorf("clear without --yes: %d %q", code, e)
 	}
-	if _, e, code := w.delayq("", "clear", "--topic", "a", "--prefix", "b", "--yes"); code != 2 || !strings.Contains(e, "exactly one") {
-		t.Errorf("clear with two filters: %d %q", code, e)
+	// Bad filters change nothing and say what is wrong.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--yes"}, "invalid filter: it selects every scheduled message"},
+		{[]string{"--all", "--topic", "a", "--yes"}, "all goes alone"},
+		{[]string{"--from", "soon", "--yes"}, `--invalid from: "soon": give a duration from now`},
+		{[]string{"--from", "2h", "--to", "1h", "--yes"}, "invalid to:"},
+		{[]string{"--topic", "a", "--dead", "--yes"}, "--dead goes with --all"},
+	} {
+		if _, e, code := w.delayq("", append([]string{"clear"}, c.args...)...); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("clear %v: %d %q, want exit 2 saying %q", c.args, code, e, c.want)
+		}
 	}
-	if out, e, code := w.delayq("", "clear", "--topic", "trial.end", "--yes"); code != 0 || !strings.Contains(out, "cancelled 50") {
+	// Filters combine: every one given must hold. A dry run counts.
+	if out, e, code := w.delayq("", "clear", "--topic", "trial.end", "--prefix", "nobody", "--yes"); code != 0 || !strings.Contains(out, "cancelled 0") {
+		t.Errorf("clear --topic --prefix: %d %q %q", code, out, e)
+	}
+	if out, e, code := w.delayq("", "clear", "--topic", "trial.end", "--to", "100h", "--dry-run"); code != 0 || !strings.Contains(out, "would cancel 50 ") {
+		t.Errorf("clear --dry-run: %d %q %q", code, out, e)
+	}
+	if out, e, code := w.delayq("", "clear", "--topic", "trial.end", "--yes"); code != 0 || !strings.Contains(out, "cancelled 50") ||
+		!strings.Contains(e, `"action": "bulk cancel", "target": "topic=\"trial.end\"", "count": 50`) {
 		t.Errorf("clear --topic: %d %q %q", code, out, e)
 	}
 	if p := list("--topic", "trial.end"); len(p.Messages) != 0 {

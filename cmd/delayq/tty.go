@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/delayq/delayq/shard"
 )
 
 // isTerminal reports whether f (stdin, stdout or stderr) is a terminal:
@@ -69,3 +72,45 @@ func (p *progress) update(n int, read int64) {
 
 // done clears the line.
 func (p *progress) done() { fmt.Fprint(p.w, "\r\033[K") }
+
+// bulkBar draws a bulk cancel's progress on one terminal line:
+// "[#########-----------]  45%  45000 of 100000 cancelled, 12000/s, ETA 5s".
+type bulkBar struct {
+	w     io.Writer
+	start time.Time
+	total int // the dry run's count
+	last  time.Time
+}
+
+// line renders the bar for p at now.
+func (b *bulkBar) line(p shard.BulkProgress, now time.Time) string {
+	frac := 1.0
+	if b.total > 0 {
+		frac = min(1, float64(p.Cancelled)/float64(b.total))
+	}
+	const width = 20
+	filled := int(frac * width)
+	s := fmt.Sprintf("[%s%s] %3.0f%%  %d of %d cancelled", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
+		100*frac, p.Cancelled, b.total)
+	if el := now.Sub(b.start).Seconds(); el > 0 && p.Cancelled > p.Before {
+		rate := float64(p.Cancelled-p.Before) / el
+		s += fmt.Sprintf(", %.0f/s", rate)
+		if left := b.total - p.Cancelled; left > 0 && rate > 0 {
+			s += ", ETA " + (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
+		}
+	}
+	return s
+}
+
+// update redraws at most every 250 ms.
+func (b *bulkBar) update(p shard.BulkProgress) {
+	now := time.Now()
+	if now.Sub(b.last) < 250*time.Millisecond {
+		return
+	}
+	b.last = now
+	fmt.Fprintf(b.w, "\r\033[K%s", b.line(p, now))
+}
+
+// done clears the line.
+func (b *bulkBar) done() { fmt.Fprint(b.w, "\r\033[K") }

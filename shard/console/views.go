@@ -174,13 +174,11 @@ func browseQuery(q url.Values) (shard.BrowseQuery, error) {
 		if v == "" {
 			continue
 		}
-		if d, err := time.ParseDuration(v); err == nil {
-			*f.to = time.Now().Add(d)
-		} else if t, err := time.Parse(time.RFC3339, v); err == nil {
-			*f.to = t
-		} else {
-			return bq, &shard.InvalidError{Field: f.name, Reason: fmt.Sprintf("%q: give a duration from now (30m, -1h) or a time (2026-11-24T10:00:00Z)", v)}
+		t, err := shard.ParseWindowEnd(f.name, v, time.Now())
+		if err != nil {
+			return bq, err
 		}
+		*f.to = t
 	}
 	after, err := shard.ParseBrowseCursor(q.Get("after"))
 	if err != nil {

@@ -1,0 +1,289 @@
+package shard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A bulk cancel walks the shards a page at a time (Browse: pages of at
+// most 500 entries) and cancels what its filter selects in script calls of
+// at most maxCancelMany ids, so no call does more work than a claim. Its
+// count lives in Redis, beside the messages it cancels: each call adds the
+// messages it cancelled to a counter of its shard (BulkKey), in the same
+// script, so a caller that dies between two calls loses no count and
+// cannot count a message twice. Running the same filter again (after a
+// crash, or from another terminal) goes on with the same counters: the
+// messages already cancelled are gone, the walk finds the rest, and the
+// total is right. A run that finishes marks the job done (BulkJobKey);
+// the next run of that filter starts a new count.
+
+// BulkFilter selects the scheduled messages a bulk cancel acts on: every
+// condition given must hold. One that selects everything must say so
+// (All).
+type BulkFilter struct {
+	Topic, Prefix string
+	// From and To bound the due time (zero: open).
+	From, To time.Time
+	All      bool
+}
+
+// Validate checks the filter: a window that ends before it starts, or no
+// condition at all without All, is an *InvalidError naming the field.
+func (f BulkFilter) Validate() error {
+	narrow := f.Topic != "" || f.Prefix != "" || !f.From.IsZero() || !f.To.IsZero()
+	switch {
+	case !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From):
+		return invalid("to", "%s is before from (%s)", f.To.UTC().Format(time.RFC3339Nano), f.From.UTC().Format(time.RFC3339Nano))
+	case !narrow && !f.All:
+		return invalid("filter", "it selects every scheduled message: give a topic, an id prefix or a due window, or say all")
+	case narrow && f.All:
+		return invalid("filter", "all goes alone: it selects every scheduled message")
+	}
+	return nil
+}
+
+// String is the filter for people and audit logs, e.g.
+// `topic="order.cancel" prefix="campaign-7-" due in [2030-01-01T09:00:00Z, open]`.
+func (f BulkFilter) String() string {
+	if f.All {
+		return "all"
+	}
+	var parts []string
+	if f.Topic != "" {
+		parts = append(parts, "topic="+strconv.Quote(f.Topic))
+	}
+	if f.Prefix != "" {
+		parts = append(parts, "prefix="+strconv.Quote(f.Prefix))
+	}
+	if !f.From.IsZero() || !f.To.IsZero() {
+		end := func(t time.Time) string {
+			if t.IsZero() {
+				return "open"
+			}
+			return t.UTC().Format(time.RFC3339Nano)
+		}
+		parts = append(parts, fmt.Sprintf("due in [%s, %s]", end(f.From), end(f.To)))
+	}
+	return strings.Join(parts, " ")
+}
+
+// job names the counters of a bulk cancel with this filter.
+func (f BulkFilter) job() string {
+	h := sha256.Sum256([]byte("cancel\x00" + f.String()))
+	return hex.EncodeToString(h[:8])
+}
+
+func (f BulkFilter) query(limit int) BrowseQuery {
+	return BrowseQuery{Shard: -1, Topic: f.Topic, Prefix: f.Prefix, From: f.From, To: f.To, Limit: limit, MaxScan: 500}
+}
+
+// BulkKey is the counter HASH of bulk cancel job in shard i of ns
+// (cancelled: the messages it cancelled there). It expires a day after
+// its last write.
+func BulkKey(ns string, i int, job string) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:bulk:" + job
+}
+
+// BulkJobKey marks bulk cancel job of ns as done (a STRING, expiring a
+// day after).
+func BulkJobKey(ns, job string) string { return "delayq:{" + ns + "}:bulk:" + job }
+
+// bulkTTL is how long a bulk cancel's counters outlive its last write.
+const bulkTTL = 24 * time.Hour
+
+// BulkProgress is where a bulk cancel stands.
+type BulkProgress struct {
+	// Cancelled counts the messages the job cancelled, in this run and in
+	// earlier runs of the same filter that did not finish.
+	Cancelled int
+	// Before is the part of Cancelled that earlier runs did.
+	Before int
+	// InFlight counts messages the filter selected that were being
+	// published and so could not be cancelled (this run only).
+	InFlight int
+	// Scanned counts the entries this run read.
+	Scanned int
+}
+
+// CountMatching is a bulk cancel's dry run: how many scheduled messages
+// of shards [0, shards) f selects now (pages of at most 500 entries).
+func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (int, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	n := 0
+	q := f.query(10000)
+	for {
+		page, next, err := s.Browse(ctx, shards, q)
+		if err != nil {
+			return n, err
+		}
+		n += len(page)
+		if next == nil {
+			return n, nil
+		}
+		q.After = *next
+	}
+}
+
+// BulkCancel cancels the scheduled messages of shards [0, shards) that f
+// selects, and calls progress (if not nil) after each page. A run that
+// stops early (an error, ctx, a crash) can be started again with the same
+// filter: it goes on, and its result counts what the earlier run
+// cancelled too. Messages in flight are left alone and counted.
+func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, progress func(BulkProgress)) (BulkProgress, error) {
+	var p BulkProgress
+	if err := f.Validate(); err != nil {
+		return p, err
+	}
+	job := f.job()
+	done, err := s.rdb.Exists(ctx, BulkJobKey(s.ns, job)).Result()
+	if err != nil {
+		return p, fmt.Errorf("bulk cancel: %w", err)
+	}
+	if done == 1 { // a finished run of this filter: count anew
+		if err := s.bulkReset(ctx, shards, job); err != nil {
+			return p, err
+		}
+	}
+	if p.Before, err = s.bulkTotal(ctx, shards, job); err != nil {
+		return p, err
+	}
+	p.Cancelled = p.Before
+	for i := range shards {
+		if err := s.bulkCancelWalk(ctx, i, job, f, &p, progress); err != nil {
+			return p, err
+		}
+	}
+	if err := s.rdb.Set(ctx, BulkJobKey(s.ns, job), "done", bulkTTL).Err(); err != nil {
+		return p, fmt.Errorf("bulk cancel: mark done: %w", err)
+	}
+	total, err := s.bulkTotal(ctx, shards, job)
+	if err != nil {
+		return p, err
+	}
+	p.Cancelled = total // with what a concurrent run of the same filter cancelled
+	return p, nil
+}
+
+// bulkCancelWalk cancels what f selects in shard i, a page of List at a
+// time. The next page starts after the last entry this walk left in the
+// set: after the ones it cancelled it would start over at their due time
+// (List's rule), and read again what it already passed.
+func (s *Store) bulkCancelWalk(ctx context.Context, i int, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress)) error {
+	q := f.query(500)
+	after := ListCursor{}
+	if !f.From.IsZero() {
+		after.DueMs = f.From.UnixMilli()
+	}
+	for {
+		entries, _, more, err := s.List(ctx, i, after, 500)
+		if err != nil {
+			return fmt.Errorf("bulk cancel: %w", err)
+		}
+		p.Scanned += len(entries)
+		var ids []string
+		kept := after
+		for j := range entries {
+			l := &entries[j]
+			if !f.To.IsZero() && l.Due.After(f.To) {
+				more = false // due order: the rest of the shard is later
+				break
+			}
+			if q.matches(l) {
+				ids = append(ids, l.ID)
+			} else {
+				kept = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+			}
+		}
+		if len(ids) > 0 {
+			c, inFlight, err := s.bulkCancelShard(ctx, i, job, ids)
+			p.Cancelled, p.InFlight = p.Cancelled+c, p.InFlight+inFlight
+			if err != nil {
+				return err
+			}
+			if inFlight > 0 { // left in the set: pass them
+				l := &entries[len(entries)-1]
+				kept = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+			}
+		}
+		if progress != nil {
+			progress(*p)
+		}
+		if !more {
+			return nil
+		}
+		after = kept
+	}
+}
+
+// bulkCancelShard cancels ids of shard i for job, counting them there.
+func (s *Store) bulkCancelShard(ctx context.Context, i int, job string, ids []string) (cancelled, inFlight int, err error) {
+	ks := ShardKeys(s.ns, i)
+	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)}
+	var calls []call
+	for lo := 0; lo < len(ids); lo += maxCancelMany {
+		args := []any{bulkTTL.Milliseconds()}
+		for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
+			args = append(args, id)
+		}
+		calls = append(calls, call{bulkCancelScript, keys, args})
+	}
+	for _, cmd := range s.run(ctx, calls...) {
+		v, err := cmd.Int64Slice()
+		if err != nil {
+			return cancelled, inFlight, fmt.Errorf("bulk cancel in shard %d: %w", i, err)
+		}
+		for _, st := range v {
+			switch st {
+			case 1:
+				cancelled++
+			case -1:
+				inFlight++
+			}
+		}
+	}
+	return cancelled, inFlight, nil
+}
+
+// bulkTotal sums job's counters over the shards (one pipeline).
+func (s *Store) bulkTotal(ctx context.Context, shards int, job string) (int, error) {
+	cmds := make([]*redis.StringCmd, shards)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGet(ctx, BulkKey(s.ns, i, job), "cancelled")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("bulk cancel: read counts: %w", err)
+	}
+	total := 0
+	for _, c := range cmds {
+		n, _ := strconv.Atoi(c.Val())
+		total += n
+	}
+	return total, nil
+}
+
+// bulkReset deletes job's counters and its done mark.
+func (s *Store) bulkReset(ctx context.Context, shards int, job string) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range shards {
+			p.Del(ctx, BulkKey(s.ns, i, job))
+		}
+		p.Del(ctx, BulkJobKey(s.ns, job))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("bulk cancel: reset counts: %w", err)
+	}
+	return nil
+}

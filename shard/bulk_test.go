@@ -1,0 +1,76 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+)
+
+// TestBulkCancelByFilter: topic, prefix and due window combine; a run
+// stopped half way and run again counts what the first one cancelled; a
+// finished filter counts anew; a filter without a condition is refused.
+func TestBulkCancelByFilter(t *testing.T) {
+	b := setup(t, 4)
+	base := time.Now().Add(time.Hour)
+	var msgs []shard.Message
+	for i := range 3000 {
+		topic := []string{"a", "b"}[i%2]
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m-%04d", i), Topic: topic, At: base.Add(time.Duration(i) * time.Second)})
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	// Topic a, due in the first 2,000 seconds: 1,000 messages.
+	f := shard.BulkFilter{Topic: "a", To: base.Add(1999 * time.Second)}
+	if n, err := b.store.CountMatching(b.ctx, 4, f); err != nil || n != 1000 {
+		t.Fatalf("dry run: %d, %v; want 1000", n, err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	pages := 0
+	p, err := b.store.BulkCancel(ctx, 4, f, func(shard.BulkProgress) {
+		if pages++; pages == 2 {
+			cancel() // the caller dies
+		}
+	})
+	if err == nil || p.Cancelled == 0 || p.Cancelled >= 1000 {
+		t.Fatalf("stopped run: %+v, %v; want some, not all, and an error", p, err)
+	}
+	first := p.Cancelled
+	p, err = b.store.BulkCancel(b.ctx, 4, f, nil)
+	if err != nil || p.Cancelled != 1000 || p.Before != first {
+		t.Fatalf("run again: %+v, %v; want 1000 with %d before", p, err, first)
+	}
+	if n, _ := b.store.CountMatching(b.ctx, 4, f); n != 0 {
+		t.Errorf("%d still match after the cancel", n)
+	}
+	if n, _ := b.store.CountMatching(b.ctx, 4, shard.BulkFilter{All: true}); n != 2000 {
+		t.Errorf("%d scheduled in all after the cancel, want 2000", n)
+	}
+	// The same filter once finished counts anew.
+	if p, err := b.store.BulkCancel(b.ctx, 4, f, nil); err != nil || p.Cancelled != 0 || p.Before != 0 {
+		t.Errorf("the finished filter again: %+v, %v; want 0", p, err)
+	}
+	// Prefix and window.
+	if p, err := b.store.BulkCancel(b.ctx, 4, shard.BulkFilter{Prefix: "m-29", From: base.Add(2950 * time.Second)}, nil); err != nil || p.Cancelled != 50 {
+		t.Errorf("prefix m-29 due from 2950 s: %+v, %v; want 50", p, err)
+	}
+	for _, bad := range []shard.BulkFilter{{}, {All: true, Topic: "a"}, {From: base, To: base.Add(-time.Second)}} {
+		if _, err := b.store.BulkCancel(b.ctx, 4, bad, nil); !errors.Is(err, shard.ErrInvalid) {
+			t.Errorf("filter %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if !strings.Contains(f.String(), `topic="a" due in [open, `) {
+		t.Errorf("filter text %q", f.String())
+	}
+}
