@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A bulk cancel walks the shards a page at a time (Browse: pages of at
+// A bulk cancel walks the shards a page at a time (List: pages of at
 // most 500 entries) and cancels what its filter selects in script calls of
 // at most maxCancelMany ids, so no call does more work than a claim. Its
 // count lives in Redis, beside the messages it cancels: each call adds the
@@ -22,8 +22,10 @@ import (
 // cannot count a message twice. Running the same filter again (after a
 // crash, or from another terminal) goes on with the same counters: the
 // messages already cancelled are gone, the walk finds the rest, and the
-// total is right. A run that finishes marks the job done (BulkJobKey);
-// the next run of that filter starts a new count.
+// total is right. The job's record (BulkJobKey) says what it is and
+// whether it finished, for any process to read (BulkStatus: the HTTP API
+// answers from it whichever instance runs the job); once done, the next
+// run of that filter starts a new count.
 
 // BulkFilter selects the scheduled messages a bulk cancel acts on: every
 // condition given must hold. One that selects everything must say so
@@ -75,8 +77,9 @@ func (f BulkFilter) String() string {
 	return strings.Join(parts, " ")
 }
 
-// job names the counters of a bulk cancel with this filter.
-func (f BulkFilter) job() string {
+// Job names the bulk cancel of this filter: its counters and its record
+// (BulkStatus).
+func (f BulkFilter) Job() string {
 	h := sha256.Sum256([]byte("cancel\x00" + f.String()))
 	return hex.EncodeToString(h[:8])
 }
@@ -92,9 +95,38 @@ func BulkKey(ns string, i int, job string) string {
 	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:bulk:" + job
 }
 
-// BulkJobKey marks bulk cancel job of ns as done (a STRING, expiring a
-// day after).
+// BulkJobKey is the record of bulk cancel job of ns, a HASH: filter (its
+// text), matched (what the dry run before it counted, when the caller
+// gave it), state (running, done). It expires a day after its last write.
 func BulkJobKey(ns, job string) string { return "delayq:{" + ns + "}:bulk:" + job }
+
+// BulkJob is a bulk cancel as any process can read it from Redis.
+type BulkJob struct {
+	ID     string
+	Filter string
+	// State is "running" (started and not finished: under way, or its
+	// caller died and the same filter must be run again), "done", or ""
+	// (no such job, or expired).
+	State     string
+	Matched   int // the count before it started; 0 when not given
+	Cancelled int
+}
+
+// BulkStatus reads job's record and its counters over shards [0, shards).
+func (s *Store) BulkStatus(ctx context.Context, shards int, job string) (BulkJob, error) {
+	j := BulkJob{ID: job}
+	rec, err := s.rdb.HGetAll(ctx, BulkJobKey(s.ns, job)).Result()
+	if err != nil {
+		return j, fmt.Errorf("bulk cancel %s: %w", job, err)
+	}
+	j.Filter, j.State = rec["filter"], rec["state"]
+	j.Matched, _ = strconv.Atoi(rec["matched"])
+	if j.State == "" {
+		return j, nil
+	}
+	j.Cancelled, err = s.bulkTotal(ctx, shards, job)
+	return j, err
+}
 
 // bulkTTL is how long a bulk cancel's counters outlive its last write.
 const bulkTTL = 24 * time.Hour
@@ -135,24 +167,37 @@ func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (in
 }
 
 // BulkCancel cancels the scheduled messages of shards [0, shards) that f
-// selects, and calls progress (if not nil) after each page. A run that
-// stops early (an error, ctx, a crash) can be started again with the same
-// filter: it goes on, and its result counts what the earlier run
-// cancelled too. Messages in flight are left alone and counted.
-func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, progress func(BulkProgress)) (BulkProgress, error) {
+// selects, and calls progress (if not nil) after each page. matched, when
+// above 0, is what a dry run counted just before, kept in the job's record
+// for whoever follows it (BulkStatus). A run that stops early (an error,
+// ctx, a crash) can be started again with the same filter: it goes on,
+// and its result counts what the earlier run cancelled too. Messages in
+// flight are left alone and counted.
+func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matched int, progress func(BulkProgress)) (BulkProgress, error) {
 	var p BulkProgress
 	if err := f.Validate(); err != nil {
 		return p, err
 	}
-	job := f.job()
-	done, err := s.rdb.Exists(ctx, BulkJobKey(s.ns, job)).Result()
-	if err != nil {
+	job := f.Job()
+	state, err := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "state").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return p, fmt.Errorf("bulk cancel: %w", err)
 	}
-	if done == 1 { // a finished run of this filter: count anew
+	if state == "done" { // a finished run of this filter: count anew
 		if err := s.bulkReset(ctx, shards, job); err != nil {
 			return p, err
 		}
+	}
+	rec := []any{"filter", f.String(), "state", "running"}
+	if matched > 0 {
+		rec = append(rec, "matched", matched)
+	}
+	if _, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+		tx.HSet(ctx, BulkJobKey(s.ns, job), rec...)
+		tx.PExpire(ctx, BulkJobKey(s.ns, job), bulkTTL)
+		return nil
+	}); err != nil {
+		return p, fmt.Errorf("bulk cancel: record the job: %w", err)
 	}
 	if p.Before, err = s.bulkTotal(ctx, shards, job); err != nil {
 		return p, err
@@ -163,7 +208,11 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, progre
 			return p, err
 		}
 	}
-	if err := s.rdb.Set(ctx, BulkJobKey(s.ns, job), "done", bulkTTL).Err(); err != nil {
+	if _, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+		tx.HSet(ctx, BulkJobKey(s.ns, job), "state", "done")
+		tx.PExpire(ctx, BulkJobKey(s.ns, job), bulkTTL)
+		return nil
+	}); err != nil {
 		return p, fmt.Errorf("bulk cancel: mark done: %w", err)
 	}
 	total, err := s.bulkTotal(ctx, shards, job)

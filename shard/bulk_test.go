@@ -38,7 +38,7 @@ func TestBulkCancelByFilter(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	pages := 0
-	p, err := b.store.BulkCancel(ctx, 4, f, func(shard.BulkProgress) {
+	p, err := b.store.BulkCancel(ctx, 4, f, 1000, func(shard.BulkProgress) {
 		if pages++; pages == 2 {
 			cancel() // the caller dies
 		}
@@ -47,9 +47,18 @@ func TestBulkCancelByFilter(t *testing.T) {
 		t.Fatalf("stopped run: %+v, %v; want some, not all, and an error", p, err)
 	}
 	first := p.Cancelled
-	p, err = b.store.BulkCancel(b.ctx, 4, f, nil)
+	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "running" || j.Matched != 1000 || j.Cancelled != first || j.Filter != f.String() {
+		t.Fatalf("the stopped job as Redis records it: %+v, %v", j, err)
+	}
+	p, err = b.store.BulkCancel(b.ctx, 4, f, 0, nil)
 	if err != nil || p.Cancelled != 1000 || p.Before != first {
 		t.Fatalf("run again: %+v, %v; want 1000 with %d before", p, err, first)
+	}
+	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "done" || j.Cancelled != 1000 {
+		t.Errorf("the finished job: %+v, %v", j, err)
+	}
+	if j, err := b.store.BulkStatus(b.ctx, 4, "nosuchjob"); err != nil || j.State != "" {
+		t.Errorf("an unknown job: %+v, %v", j, err)
 	}
 	if n, _ := b.store.CountMatching(b.ctx, 4, f); n != 0 {
 		t.Errorf("%d still match after the cancel", n)
@@ -58,15 +67,15 @@ func TestBulkCancelByFilter(t *testing.T) {
 		t.Errorf("%d scheduled in all after the cancel, want 2000", n)
 	}
 	// The same filter once finished counts anew.
-	if p, err := b.store.BulkCancel(b.ctx, 4, f, nil); err != nil || p.Cancelled != 0 || p.Before != 0 {
+	if p, err := b.store.BulkCancel(b.ctx, 4, f, 0, nil); err != nil || p.Cancelled != 0 || p.Before != 0 {
 		t.Errorf("the finished filter again: %+v, %v; want 0", p, err)
 	}
 	// Prefix and window.
-	if p, err := b.store.BulkCancel(b.ctx, 4, shard.BulkFilter{Prefix: "m-29", From: base.Add(2950 * time.Second)}, nil); err != nil || p.Cancelled != 50 {
+	if p, err := b.store.BulkCancel(b.ctx, 4, shard.BulkFilter{Prefix: "m-29", From: base.Add(2950 * time.Second)}, 0, nil); err != nil || p.Cancelled != 50 {
 		t.Errorf("prefix m-29 due from 2950 s: %+v, %v; want 50", p, err)
 	}
 	for _, bad := range []shard.BulkFilter{{}, {All: true, Topic: "a"}, {From: base, To: base.Add(-time.Second)}} {
-		if _, err := b.store.BulkCancel(b.ctx, 4, bad, nil); !errors.Is(err, shard.ErrInvalid) {
+		if _, err := b.store.BulkCancel(b.ctx, 4, bad, 0, nil); !errors.Is(err, shard.ErrInvalid) {
 			t.Errorf("filter %+v: %v, want ErrInvalid", bad, err)
 		}
 	}

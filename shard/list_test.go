@@ -145,7 +145,7 @@ func TestBulkCancelByTopic(t *testing.T) {
 	if r, err := b.store.Claim(b.ctx, 0, 1, time.Minute); err != nil || len(r.Msgs) != 1 || r.Msgs[0].ID != "x0" {
 		t.Fatalf("claim x0 (topic drop): %+v %v", r, err)
 	}
-	p, err := b.store.BulkCancel(b.ctx, 1, shard.BulkFilter{Topic: "drop"}, nil)
+	p, err := b.store.BulkCancel(b.ctx, 1, shard.BulkFilter{Topic: "drop"}, 0, nil)
 	if err != nil || p.Cancelled != 599 || p.InFlight != 0 {
 		t.Fatalf("clear topic drop: %+v, %v; want 599 cancelled, 0 in flight", p, err)
 	}

@@ -122,7 +122,7 @@ func runClear(ctx context.Context, e *env, args []string) int {
 		bar = &bulkBar{w: e.stderr, start: time.Now(), total: count}
 		defer bar.done()
 	}
-	res, err := st.BulkCancel(ctx, n, f, func(p shard.BulkProgress) {
+	res, err := st.BulkCancel(ctx, n, f, count, func(p shard.BulkProgress) {
 		if bar != nil {
 			bar.update(p)
 		}

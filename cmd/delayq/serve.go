@@ -109,6 +109,9 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	api := httpapi.New(apiOpts)
+	// Stopped after the listener (parts stop in reverse): a bulk cancel
+	// under way ends between two script calls.
+	_ = ps.start(ctx, "bulk jobs", partFuncs{stop: api.Close})
 	key, err := c.consoleKey(tokens)
 	if err != nil {
 		_ = ln.Close()

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -60,6 +61,12 @@ type API struct {
 	o      Options
 	routes []string
 	mux    *http.ServeMux
+
+	// The bulk cancels started here run under jobsCtx; Close ends it and
+	// waits for them.
+	jobsCtx  context.Context
+	stopJobs context.CancelFunc
+	jobs     sync.WaitGroup
 }
 
 //go:embed openapi.json
@@ -74,6 +81,7 @@ func New(o Options) *API {
 		o.Log = zap.NewNop()
 	}
 	a := &API{o: o, mux: http.NewServeMux()}
+	a.jobsCtx, a.stopJobs = context.WithCancel(context.Background())
 	a.handle("POST /v1/messages", RoleAdmin, a.enqueue)
 	a.handle("POST /v1/messages/batch", RoleAdmin, a.enqueueBatch)
 	a.handle("GET /v1/messages/{id}", RoleRead, a.get)
@@ -87,6 +95,8 @@ func New(o Options) *API {
 	a.handle("DELETE /v1/dead/{id}", RoleAdmin, a.purgeOne)
 	a.handle("POST /v1/dead/redrive", RoleAdmin, a.redriveMany)
 	a.handle("POST /v1/dead/purge", RoleAdmin, a.purgeMany)
+	a.handle("POST /v1/bulk/cancel", RoleAdmin, a.bulkCancel)
+	a.handle("GET /v1/bulk/cancel/{job}", RoleRead, a.bulkStatus)
 	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
