@@ -216,6 +216,26 @@ func TestConsoleInABrowser(t *testing.T) {
 	if out, _, _ := w.delayq("", "inspect", long); !strings.Contains(out, "unknown") {
 		t.Errorf("%s after the cancel:\n%s", long, out)
 	}
+	// Cancel every message a filter selects: the count first, then the
+	// job's progress line until it is done.
+	var bulkIn strings.Builder
+	for i := range 120 {
+		fmt.Fprintf(&bulkIn, `{"id":"bulk-%03d","topic":"promo","delay_ms":3600000}`+"\n", i)
+	}
+	if _, e, code := w.delayq(bulkIn.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
+	do(chromedp.Navigate(base+"/scheduled?prefix=bulk-"), chromedp.WaitVisible(chromedp.ID("cancel-matching")),
+		chromedp.Click(chromedp.ID("cancel-matching")), chromedp.WaitVisible(chromedp.ID("confirm")))
+	if q := text("question"); q != "Cancel 120 scheduled messages?" {
+		t.Errorf("the bulk cancel asks %q", q)
+	}
+	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+		return text("bulk-progress") == "Done: 120 of 120 cancelled."
+	}, func() string { return "the bulk cancel's progress line says " + text("bulk-progress") })
+	screenshot("console-bulk.png")
 	// A read token sees the dead list but has no buttons to change it.
 	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),

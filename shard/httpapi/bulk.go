@@ -58,34 +58,63 @@ func (a *API) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		}
 		*e.to = t
 	}
-	if err := f.Validate(); err != nil {
-		a.fail(w, err)
-		return
-	}
-	n, err := a.o.Shards(r.Context())
+	who, _ := r.Context().Value(holderKey{}).(string)
+	job, err := a.StartBulkCancel(r.Context(), f, req.DryRun, "api", who)
 	if err != nil {
 		a.fail(w, err)
 		return
 	}
-	matched, err := a.o.Store.CountMatching(r.Context(), n, f)
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	job := BulkJob{Job: f.Job(), Filter: f.String(), State: "dry_run", Matched: matched}
 	if req.DryRun {
 		writeJSON(w, http.StatusOK, job)
 		return
 	}
-	job.State = "running"
-	who, _ := r.Context().Value(holderKey{}).(string)
-	a.jobs.Go(func() {
-		res, err := a.o.Store.BulkCancel(a.jobsCtx, n, f, matched, nil)
-		Audit(a.o.Log, "api", who, "bulk cancel", fmt.Sprintf("%s (%d cancelled)", f, res.Cancelled), err)
-	})
 	w.Header().Set("Location", "/v1/bulk/cancel/"+job.Job)
 	writeJSON(w, http.StatusAccepted, job)
 }
+
+// StartBulkCancel counts what f selects and, unless dryRun, starts
+// cancelling it in a goroutine of the API (Close stops it), which writes
+// an audit line (via, who) when it ends. It returns the job as it starts.
+func (a *API) StartBulkCancel(ctx context.Context, f shard.BulkFilter, dryRun bool, via, who string) (BulkJob, error) {
+	if err := f.Validate(); err != nil {
+		return BulkJob{}, err
+	}
+	n, err := a.o.Shards(ctx)
+	if err != nil {
+		return BulkJob{}, err
+	}
+	matched, err := a.o.Store.CountMatching(ctx, n, f)
+	if err != nil {
+		return BulkJob{}, err
+	}
+	job := BulkJob{Job: f.Job(), Filter: f.String(), State: "dry_run", Matched: matched}
+	if dryRun {
+		return job, nil
+	}
+	job.State = "running"
+	a.jobs.Go(func() {
+		res, err := a.o.Store.BulkCancel(a.jobsCtx, n, f, matched, nil)
+		Audit(a.o.Log, via, who, "bulk cancel", fmt.Sprintf("%s (%d cancelled)", f, res.Cancelled), err)
+	})
+	return job, nil
+}
+
+// ReadBulkJob reads where bulk cancel job stands; its State is "" when
+// there is no such job.
+func (a *API) ReadBulkJob(ctx context.Context, job string) (BulkJob, error) {
+	n, err := a.o.Shards(ctx)
+	if err != nil {
+		return BulkJob{}, err
+	}
+	j, err := a.o.Store.BulkStatus(ctx, n, job)
+	if err != nil {
+		return BulkJob{}, err
+	}
+	return BulkJob{Job: j.ID, Filter: j.Filter, State: j.State, Matched: j.Matched, Cancelled: j.Cancelled}, nil
+}
+
+// ValidJobID reports whether id has the form of a bulk job's id.
+func ValidJobID(id string) bool { return jobID.MatchString(id) }
 
 var jobID = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
@@ -96,12 +125,7 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "invalid job", fmt.Sprintf("%q is not a job id (16 hex digits, as the POST answered)", id), "job")
 		return
 	}
-	n, err := a.o.Shards(r.Context())
-	if err != nil {
-		a.fail(w, err)
-		return
-	}
-	j, err := a.o.Store.BulkStatus(r.Context(), n, id)
+	j, err := a.ReadBulkJob(r.Context(), id)
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -110,7 +134,7 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, "not found", fmt.Sprintf("no bulk cancel %s (or it ended more than a day ago)", id), "job")
 		return
 	}
-	writeJSON(w, http.StatusOK, BulkJob{Job: j.ID, Filter: j.Filter, State: j.State, Matched: j.Matched, Cancelled: j.Cancelled})
+	writeJSON(w, http.StatusOK, j)
 }
 
 // Close stops the bulk jobs this API runs and waits for them: each stops
