@@ -88,9 +88,9 @@ func (f BulkFilter) query(limit int) BrowseQuery {
 	return BrowseQuery{Shard: -1, Topic: f.Topic, Prefix: f.Prefix, From: f.From, To: f.To, Limit: limit, MaxScan: 500}
 }
 
-// BulkKey is the counter HASH of bulk cancel job in shard i of ns
-// (cancelled: the messages it cancelled there). It expires a day after
-// its last write.
+// BulkKey is the counter HASH of bulk job in shard i of ns (done: the
+// messages it cancelled or rescheduled there). It expires a day after its
+// last write.
 func BulkKey(ns string, i int, job string) string {
 	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:bulk:" + job
 }
@@ -107,9 +107,9 @@ type BulkJob struct {
 	// State is "running" (started and not finished: under way, or its
 	// caller died and the same filter must be run again), "done", or ""
 	// (no such job, or expired).
-	State     string
-	Matched   int // the count before it started; 0 when not given
-	Cancelled int
+	State   string
+	Matched int // the count before it started; 0 when not given
+	Done    int // cancelled (or rescheduled) so far
 }
 
 // BulkStatus reads job's record and its counters over shards [0, shards).
@@ -124,7 +124,7 @@ func (s *Store) BulkStatus(ctx context.Context, shards int, job string) (BulkJob
 	if j.State == "" {
 		return j, nil
 	}
-	j.Cancelled, err = s.bulkTotal(ctx, shards, job)
+	j.Done, err = s.bulkTotal(ctx, shards, job)
 	return j, err
 }
 
@@ -133,10 +133,10 @@ const bulkTTL = 24 * time.Hour
 
 // BulkProgress is where a bulk cancel stands.
 type BulkProgress struct {
-	// Cancelled counts the messages the job cancelled, in this run and in
-	// earlier runs of the same filter that did not finish.
-	Cancelled int
-	// Before is the part of Cancelled that earlier runs did.
+	// Done counts the messages the job cancelled (or rescheduled), in this
+	// run and in earlier runs of the same job that did not finish.
+	Done int
+	// Before is the part of Done that earlier runs did.
 	Before int
 	// InFlight counts messages the filter selected that were being
 	// published and so could not be cancelled (this run only).
@@ -174,21 +174,80 @@ func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (in
 // and its result counts what the earlier run cancelled too. Messages in
 // flight are left alone and counted.
 func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matched int, progress func(BulkProgress)) (BulkProgress, error) {
-	var p BulkProgress
 	if err := f.Validate(); err != nil {
-		return p, err
+		return BulkProgress{}, err
 	}
-	job := f.Job()
+	return s.bulkRun(ctx, shards, f, f.Job(), matched, nil, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
+		return s.bulkShard(ctx, i, bulkCancelScript, []string{BulkKey(s.ns, i, job)}, []any{bulkTTL.Milliseconds()}, ids)
+	})
+}
+
+// BulkReschedule makes the scheduled messages of shards [0, shards) that
+// f selects due at one time: at, or (at zero) delay after the Redis clock
+// when the job first started. That time is kept in the job's record, so a
+// run stopped early and started again with the same filter and the same
+// at or delay goes on to the same time and counts what the earlier run
+// moved; a message already due at that time is not moved or counted
+// again. Otherwise as BulkCancel.
+func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, delay time.Duration, at time.Time, matched int,
+	progress func(BulkProgress)) (BulkProgress, error) {
+	if err := f.Validate(); err != nil {
+		return BulkProgress{}, err
+	}
+	mode, ms, err := validateWhen(delay, at)
+	if err != nil {
+		return BulkProgress{}, err
+	}
+	job := f.rescheduleJob(mode, ms)
+	due, err := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "due").Int64()
+	state, _ := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "state").Result()
+	if err != nil || state == "done" { // a new job: fix its time now
+		if errors.Is(err, redis.Nil) || err == nil {
+			due = ms
+			if mode == "delay" {
+				now, err := s.RedisNow(ctx)
+				if err != nil {
+					return BulkProgress{}, err
+				}
+				due = now + ms
+			}
+		} else {
+			return BulkProgress{}, fmt.Errorf("bulk reschedule: %w", err)
+		}
+	}
+	return s.bulkRun(ctx, shards, f, job, matched, []any{"due", due}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
+		return s.bulkShard(ctx, i, bulkRescheduleScript, []string{BulkKey(s.ns, i, job)},
+			[]any{bulkTTL.Milliseconds(), due, s.wake, i}, ids)
+	})
+}
+
+// rescheduleJob names a bulk reschedule: the filter and the time asked
+// for (the delay itself, not the time it gave).
+func (f BulkFilter) rescheduleJob(mode string, ms int64) string {
+	h := sha256.Sum256([]byte("reschedule\x00" + f.String() + "\x00" + mode + "\x00" + strconv.FormatInt(ms, 10)))
+	return hex.EncodeToString(h[:8])
+}
+
+// bulkAct acts on ids of shard i for job and returns one status per id:
+// 1 done (counted), 0 not scheduled there, -1 in flight (left alone), 2
+// already as asked (left, not counted).
+type bulkAct func(ctx context.Context, i int, job string, ids []string) ([]int64, error)
+
+// bulkRun runs a bulk job over every shard: its record, its counts kept
+// from an unfinished earlier run, the walk, and the done mark.
+func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job string, matched int, extra []any,
+	progress func(BulkProgress), act bulkAct) (BulkProgress, error) {
+	var p BulkProgress
 	state, err := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "state").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return p, fmt.Errorf("bulk cancel: %w", err)
+		return p, fmt.Errorf("bulk job: %w", err)
 	}
-	if state == "done" { // a finished run of this filter: count anew
+	if state == "done" { // a finished run of this job: count anew
 		if err := s.bulkReset(ctx, shards, job); err != nil {
 			return p, err
 		}
 	}
-	rec := []any{"filter", f.String(), "state", "running"}
+	rec := append([]any{"filter", f.String(), "state", "running"}, extra...)
 	if matched > 0 {
 		rec = append(rec, "matched", matched)
 	}
@@ -197,14 +256,14 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 		tx.PExpire(ctx, BulkJobKey(s.ns, job), bulkTTL)
 		return nil
 	}); err != nil {
-		return p, fmt.Errorf("bulk cancel: record the job: %w", err)
+		return p, fmt.Errorf("bulk job: record it: %w", err)
 	}
 	if p.Before, err = s.bulkTotal(ctx, shards, job); err != nil {
 		return p, err
 	}
-	p.Cancelled = p.Before
+	p.Done = p.Before
 	for i := range shards {
-		if err := s.bulkCancelWalk(ctx, i, job, f, &p, progress); err != nil {
+		if err := s.bulkWalk(ctx, i, job, f, &p, progress, act); err != nil {
 			return p, err
 		}
 	}
@@ -213,21 +272,21 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 		tx.PExpire(ctx, BulkJobKey(s.ns, job), bulkTTL)
 		return nil
 	}); err != nil {
-		return p, fmt.Errorf("bulk cancel: mark done: %w", err)
+		return p, fmt.Errorf("bulk job: mark done: %w", err)
 	}
 	total, err := s.bulkTotal(ctx, shards, job)
 	if err != nil {
 		return p, err
 	}
-	p.Cancelled = total // with what a concurrent run of the same filter cancelled
+	p.Done = total // with what a concurrent run of the same job did
 	return p, nil
 }
 
-// bulkCancelWalk cancels what f selects in shard i, a page of List at a
-// time. The next page starts after the last entry this walk left in the
-// set: after the ones it cancelled it would start over at their due time
-// (List's rule), and read again what it already passed.
-func (s *Store) bulkCancelWalk(ctx context.Context, i int, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress)) error {
+// bulkWalk acts on what f selects in shard i, a page of List at a time.
+// The next page starts after the last entry the walk left where it was:
+// after one it cancelled or moved, List would start over at that entry's
+// due time, and read again what the walk already passed.
+func (s *Store) bulkWalk(ctx context.Context, i int, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress), act bulkAct) error {
 	q := f.query(500)
 	after := ListCursor{}
 	if !f.From.IsZero() {
@@ -236,32 +295,48 @@ func (s *Store) bulkCancelWalk(ctx context.Context, i int, job string, f BulkFil
 	for {
 		entries, _, more, err := s.List(ctx, i, after, 500)
 		if err != nil {
-			return fmt.Errorf("bulk cancel: %w", err)
+			return fmt.Errorf("bulk job: %w", err)
 		}
 		p.Scanned += len(entries)
 		var ids []string
-		kept := after
+		var at []int // index in entries of each id
 		for j := range entries {
 			l := &entries[j]
 			if !f.To.IsZero() && l.Due.After(f.To) {
 				more = false // due order: the rest of the shard is later
+				entries = entries[:j]
 				break
 			}
 			if q.matches(l) {
-				ids = append(ids, l.ID)
-			} else {
-				kept = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+				ids, at = append(ids, l.ID), append(at, j)
 			}
 		}
+		stayed := make([]bool, len(entries))
+		for j := range stayed {
+			stayed[j] = true
+		}
 		if len(ids) > 0 {
-			c, inFlight, err := s.bulkCancelShard(ctx, i, job, ids)
-			p.Cancelled, p.InFlight = p.Cancelled+c, p.InFlight+inFlight
+			sts, err := act(ctx, i, job, ids)
+			for k, st := range sts {
+				switch st {
+				case 1:
+					p.Done++
+					stayed[at[k]] = false
+				case 0:
+					stayed[at[k]] = false
+				case -1:
+					p.InFlight++
+				}
+			}
 			if err != nil {
 				return err
 			}
-			if inFlight > 0 { // left in the set: pass them
-				l := &entries[len(entries)-1]
-				kept = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+		}
+		kept := after
+		for j := len(entries) - 1; j >= 0; j-- {
+			if stayed[j] {
+				kept = ListCursor{ID: entries[j].ID, DueMs: entries[j].Due.UnixMilli()}
+				break
 			}
 		}
 		if progress != nil {
@@ -274,33 +349,29 @@ func (s *Store) bulkCancelWalk(ctx context.Context, i int, job string, f BulkFil
 	}
 }
 
-// bulkCancelShard cancels ids of shard i for job, counting them there.
-func (s *Store) bulkCancelShard(ctx context.Context, i int, job string, ids []string) (cancelled, inFlight int, err error) {
+// bulkShard runs script over ids of shard i in calls of at most
+// maxCancelMany, with the shard's keys, then extraKeys, then args before
+// the ids; it returns one status per id.
+func (s *Store) bulkShard(ctx context.Context, i int, script *redis.Script, extraKeys []string, args []any, ids []string) ([]int64, error) {
 	ks := ShardKeys(s.ns, i)
-	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)}
+	keys := append([]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, extraKeys...)
 	var calls []call
 	for lo := 0; lo < len(ids); lo += maxCancelMany {
-		args := []any{bulkTTL.Milliseconds()}
+		a := append([]any{}, args...)
 		for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
-			args = append(args, id)
+			a = append(a, id)
 		}
-		calls = append(calls, call{bulkCancelScript, keys, args})
+		calls = append(calls, call{script, keys, a})
 	}
+	var out []int64
 	for _, cmd := range s.run(ctx, calls...) {
 		v, err := cmd.Int64Slice()
 		if err != nil {
-			return cancelled, inFlight, fmt.Errorf("bulk cancel in shard %d: %w", i, err)
+			return out, fmt.Errorf("bulk job in shard %d: %w", i, err)
 		}
-		for _, st := range v {
-			switch st {
-			case 1:
-				cancelled++
-			case -1:
-				inFlight++
-			}
-		}
+		out = append(out, v...)
 	}
-	return cancelled, inFlight, nil
+	return out, nil
 }
 
 // bulkTotal sums job's counters over the shards (one pipeline).
@@ -308,7 +379,7 @@ func (s *Store) bulkTotal(ctx context.Context, shards int, job string) (int, err
 	cmds := make([]*redis.StringCmd, shards)
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
-			cmds[i] = p.HGet(ctx, BulkKey(s.ns, i, job), "cancelled")
+			cmds[i] = p.HGet(ctx, BulkKey(s.ns, i, job), "done")
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {

@@ -43,18 +43,18 @@ func TestBulkCancelByFilter(t *testing.T) {
 			cancel() // the caller dies
 		}
 	})
-	if err == nil || p.Cancelled == 0 || p.Cancelled >= 1000 {
+	if err == nil || p.Done == 0 || p.Done >= 1000 {
 		t.Fatalf("stopped run: %+v, %v; want some, not all, and an error", p, err)
 	}
-	first := p.Cancelled
-	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "running" || j.Matched != 1000 || j.Cancelled != first || j.Filter != f.String() {
+	first := p.Done
+	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "running" || j.Matched != 1000 || j.Done != first || j.Filter != f.String() {
 		t.Fatalf("the stopped job as Redis records it: %+v, %v", j, err)
 	}
 	p, err = b.store.BulkCancel(b.ctx, 4, f, 0, nil)
-	if err != nil || p.Cancelled != 1000 || p.Before != first {
+	if err != nil || p.Done != 1000 || p.Before != first {
 		t.Fatalf("run again: %+v, %v; want 1000 with %d before", p, err, first)
 	}
-	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "done" || j.Cancelled != 1000 {
+	if j, err := b.store.BulkStatus(b.ctx, 4, f.Job()); err != nil || j.State != "done" || j.Done != 1000 {
 		t.Errorf("the finished job: %+v, %v", j, err)
 	}
 	if j, err := b.store.BulkStatus(b.ctx, 4, "nosuchjob"); err != nil || j.State != "" {
@@ -67,11 +67,11 @@ func TestBulkCancelByFilter(t *testing.T) {
 		t.Errorf("%d scheduled in all after the cancel, want 2000", n)
 	}
 	// The same filter once finished counts anew.
-	if p, err := b.store.BulkCancel(b.ctx, 4, f, 0, nil); err != nil || p.Cancelled != 0 || p.Before != 0 {
+	if p, err := b.store.BulkCancel(b.ctx, 4, f, 0, nil); err != nil || p.Done != 0 || p.Before != 0 {
 		t.Errorf("the finished filter again: %+v, %v; want 0", p, err)
 	}
 	// Prefix and window.
-	if p, err := b.store.BulkCancel(b.ctx, 4, shard.BulkFilter{Prefix: "m-29", From: base.Add(2950 * time.Second)}, 0, nil); err != nil || p.Cancelled != 50 {
+	if p, err := b.store.BulkCancel(b.ctx, 4, shard.BulkFilter{Prefix: "m-29", From: base.Add(2950 * time.Second)}, 0, nil); err != nil || p.Done != 50 {
 		t.Errorf("prefix m-29 due from 2950 s: %+v, %v; want 50", p, err)
 	}
 	for _, bad := range []shard.BulkFilter{{}, {All: true, Topic: "a"}, {From: base, To: base.Add(-time.Second)}} {
@@ -81,5 +81,59 @@ func TestBulkCancelByFilter(t *testing.T) {
 	}
 	if !strings.Contains(f.String(), `topic="a" due in [open, `) {
 		t.Errorf("filter text %q", f.String())
+	}
+}
+
+// TestBulkRescheduleByFilter: the selected messages move to one time; a
+// run stopped half way and run again with the same delay goes on to the
+// same time and counts what the first run moved; the rest stay.
+func TestBulkRescheduleByFilter(t *testing.T) {
+	b := setup(t, 4)
+	base := time.Now().Add(time.Hour)
+	var msgs []shard.Message
+	for i := range 2000 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("%s-%04d", []string{"late", "keep"}[i%2], i), Topic: "t",
+			At: base.Add(time.Duration(i) * time.Second)})
+	}
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	f := shard.BulkFilter{Prefix: "late-"}
+	ctx, cancel := context.WithCancel(b.ctx)
+	pages := 0
+	p, err := b.store.BulkReschedule(ctx, 4, f, 3*time.Hour, time.Time{}, 1000, func(shard.BulkProgress) {
+		if pages++; pages == 2 {
+			cancel()
+		}
+	})
+	if err == nil || p.Done == 0 || p.Done >= 1000 {
+		t.Fatalf("stopped run: %+v, %v", p, err)
+	}
+	first := p.Done
+	p, err = b.store.BulkReschedule(b.ctx, 4, f, 3*time.Hour, time.Time{}, 1000, nil)
+	if err != nil || p.Done != 1000 || p.Before != first {
+		t.Fatalf("run again: %+v, %v; want 1000 with %d before", p, err, first)
+	}
+	// Every late- message is due at one time, 3 h after the first run
+	// started; the keep- ones where they were.
+	dues := map[int64]int{}
+	for _, id := range []string{"late-0000", "late-1000", "late-1998"} {
+		info, err := b.prod.Inspect(b.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dues[info.At.UnixMilli()]++
+		if d := time.Until(info.At); d < 2*time.Hour+50*time.Minute || d > 3*time.Hour {
+			t.Errorf("%s due in %s, want about 3h", id, d)
+		}
+	}
+	if len(dues) != 1 {
+		t.Errorf("the moved messages are due at %d times, want one: %v", len(dues), dues)
+	}
+	if info, _ := b.prod.Inspect(b.ctx, "keep-0001"); !info.At.Equal(base.Add(time.Second).Truncate(time.Millisecond)) {
+		t.Errorf("keep-0001 moved to %s", info.At)
+	}
+	if _, err := b.store.BulkReschedule(b.ctx, 4, f, -time.Second, time.Time{}, 0, nil); !errors.Is(err, shard.ErrInvalid) {
+		t.Errorf("a negative delay: %v, want ErrInvalid", err)
 	}
 }

@@ -146,7 +146,7 @@ func TestBulkCancelByTopic(t *testing.T) {
 		t.Fatalf("claim x0 (topic drop): %+v %v", r, err)
 	}
 	p, err := b.store.BulkCancel(b.ctx, 1, shard.BulkFilter{Topic: "drop"}, 0, nil)
-	if err != nil || p.Cancelled != 599 || p.InFlight != 0 {
+	if err != nil || p.Done != 599 || p.InFlight != 0 {
 		t.Fatalf("clear topic drop: %+v, %v; want 599 cancelled, 0 in flight", p, err)
 	}
 	st, _ := b.store.Stats(b.ctx, 1)

@@ -723,21 +723,35 @@ return out
 //
 // Returns one status per id, as cancelScript's: 1 cancelled, 0 not
 // scheduled here, -1 in flight. Complexity: O(n log N).
-var cancelManyScript = redis.NewScript(`
+var cancelManyScript = redis.NewScript(cancelOne + `
 local out = {}
-for j, id in ipairs(ARGV) do
-  if redis.call('ZSCORE', KEYS[3], id) then
-    out[j] = -1
-  elseif redis.call('ZREM', KEYS[1], id) == 0 then
-    out[j] = 0
-  else
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[4], id)
-    out[j] = 1
-  end
-end
+for j, id in ipairs(ARGV) do out[j] = cancel_one(id) end
 return out
 `)
+
+// cancelOne is the prelude of the scripts that cancel several messages:
+// cancel_one(id) with KEYS[1..4] as cancelScript's returns 1 cancelled, 0
+// not scheduled here, -1 in flight (left alone).
+const cancelOne = `
+local function cancel_one(id)
+  if redis.call('ZSCORE', KEYS[3], id) then return -1 end
+  if redis.call('ZREM', KEYS[1], id) == 0 then return 0 end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('HDEL', KEYS[4], id)
+  return 1
+end
+`
+
+// countDone is the prelude of the bulk job scripts: count_done(n) adds n
+// to the job's counter KEYS[5], which lives ARGV[1] ms after the call.
+const countDone = `
+local function count_done(n)
+  if n > 0 then
+    redis.call('HINCRBY', KEYS[5], 'done', n)
+    redis.call('PEXPIRE', KEYS[5], ARGV[1])
+  end
+end
+`
 
 // bulkCancelScript is cancelManyScript for a bulk cancel job: it also
 // counts what it cancelled in the job's counter of the shard, in the same
@@ -747,24 +761,52 @@ return out
 //	ARGV[1] ms the counter lives after this call   ARGV[2..] ids (at most maxCancelMany)
 //
 // Returns one status per id, as cancelManyScript's. Complexity: O(n log N).
-var bulkCancelScript = redis.NewScript(`
+var bulkCancelScript = redis.NewScript(cancelOne + countDone + `
 local out, n = {}, 0
 for j = 2, #ARGV do
+  out[j - 1] = cancel_one(ARGV[j])
+  if out[j - 1] == 1 then n = n + 1 end
+end
+count_done(n)
+return out
+`)
+
+// bulkRescheduleScript makes scheduled messages of a shard due at one
+// time, for a bulk reschedule job, counting them as bulkCancelScript does
+// (Store.BulkReschedule). As rescheduleScript, the new time is also the
+// time each is scheduled for from now on.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH (unused: the keys of every bulk job)
+//	KEYS[3] inflight ZSET   KEYS[4] attempts HASH   KEYS[5] the job's counter HASH
+//	ARGV[1] ms the counter lives after this call   ARGV[2] the new due ms
+//	ARGV[3] wake channel   ARGV[4] shard index   ARGV[5..] ids (at most maxCancelMany)
+//
+// Returns one status per id: 1 moved, 0 not scheduled here, -1 in flight,
+// 2 already due then (not moved, not counted). Publishes one wake notice
+// when the shard's head is earlier after the call. Complexity: O(n log N).
+var bulkRescheduleScript = redis.NewScript(metaOf + countDone + `
+local due = ARGV[2]
+local before = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+local out, n = {}, 0
+for j = 5, #ARGV do
   local id = ARGV[j]
+  local s = redis.call('ZSCORE', KEYS[1], id)
   if redis.call('ZSCORE', KEYS[3], id) then
-    out[j - 1] = -1
-  elseif redis.call('ZREM', KEYS[1], id) == 0 then
-    out[j - 1] = 0
+    out[j - 4] = -1
+  elseif not s then
+    out[j - 4] = 0
+  elseif s == due or tonumber(s) == tonumber(due) then
+    out[j - 4] = 2
   else
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[4], id)
-    out[j - 1] = 1
+    redis.call('ZADD', KEYS[1], 'XX', due, id)
+    forget_scheduled(KEYS[4], id)
+    out[j - 4] = 1
     n = n + 1
   end
 end
-if n > 0 then
-  redis.call('HINCRBY', KEYS[5], 'cancelled', n)
-  redis.call('PEXPIRE', KEYS[5], ARGV[1])
+count_done(n)
+if n > 0 and (before[2] == nil or tonumber(due) < tonumber(before[2])) then
+  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ':' .. due)
 end
 return out
 `)
@@ -796,5 +838,5 @@ var allScripts = []*redis.Script{heartbeatScript,
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
-	bulkCancelScript,
+	bulkCancelScript, bulkRescheduleScript,
 }

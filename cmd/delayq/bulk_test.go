@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -45,7 +46,7 @@ func TestBulkCancelSurvivesItsCaller(t *testing.T) {
 		t.Fatalf("%d scheduled after the killed clear: want some of the campaign cancelled, not all", left)
 	}
 	stdout, e, code := w.delayq("", "clear", "--prefix", "campaign-7-", "--yes")
-	if code != 0 || !strings.Contains(stdout, "cancelled 100000 (") || !strings.Contains(stdout, "by an earlier run of this filter") {
+	if code != 0 || !strings.Contains(stdout, "cancelled 100000 (") || !strings.Contains(stdout, "by an earlier run of this job") {
 		t.Fatalf("clear run again: exit %d %q %q, want cancelled 100000 with the earlier run's share", code, stdout, e)
 	}
 	if stdout, _, _ := w.delayq("", "clear", "--prefix", "campaign-7-", "--dry-run"); !strings.Contains(stdout, "would cancel 0 ") {
@@ -61,6 +62,52 @@ func TestBulkCancelSurvivesItsCaller(t *testing.T) {
 	for id := range w.got {
 		if strings.HasPrefix(id, "campaign-7-") {
 			t.Fatalf("%s was delivered after its cancel", id)
+		}
+	}
+}
+
+// TestBulkRescheduleFromTheCLI: delayq reschedule with a filter moves
+// every message it selects to one time, after a count; a dry run moves
+// nothing; bad combinations are usage errors.
+func TestBulkRescheduleFromTheCLI(t *testing.T) {
+	w := newWorld(t, 4)
+	var in strings.Builder
+	for i := range 100 {
+		for _, prefix := range []string{"promo", "other"} {
+			fmt.Fprintf(&in, `{"id":"%s-%03d","topic":"t","delay_ms":3600000}`+"\n", prefix, i)
+		}
+	}
+	if _, e, code := w.delayq(in.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
+	for _, args := range [][]string{
+		{"reschedule", "promo-001", "--prefix", "promo-", "--delay", "2h"},
+		{"reschedule", "--prefix", "promo-"},
+		{"reschedule", "--delay", "2h", "--yes"},
+		{"reschedule", "promo-001", "--delay", "2h", "--dry-run"},
+		{"reschedule", "--to", "later", "--delay", "2h", "--yes"},
+	} {
+		if _, e, code := w.delayq("", args...); code != 2 {
+			t.Errorf("delayq %v: exit %d, want 2 (usage)\n%s", args, code, e)
+		}
+	}
+	if out, _, _ := w.delayq("", "reschedule", "--prefix", "promo-", "--delay", "2h", "--dry-run"); !strings.Contains(out, "would reschedule 100 ") {
+		t.Errorf("dry run: %s", out)
+	}
+	out, e, code := w.delayq("", "reschedule", "--prefix", "promo-", "--delay", "2h", "--yes")
+	if code != 0 || !strings.Contains(out, "rescheduled 100") || !strings.Contains(e, `"action": "bulk reschedule"`) {
+		t.Fatalf("reschedule by prefix: exit %d %q %q", code, out, e)
+	}
+	for id, want := range map[string]time.Duration{"promo-042": 2 * time.Hour, "other-042": time.Hour} {
+		var info struct {
+			At string `json:"at"`
+		}
+		o, _, _ := w.delayq("", "inspect", id, "--json")
+		must(t, json.Unmarshal([]byte(o), &info))
+		at, err := time.Parse(time.RFC3339Nano, info.At)
+		must(t, err)
+		if d := time.Until(at); d < want-2*time.Minute || d > want {
+			t.Errorf("%s is due in %s, want about %s", id, d, want)
 		}
 	}
 }

@@ -8,11 +8,14 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/delayq/delayq/shard"
 )
 
 func rescheduleCommand() command {
-	return command{name: "reschedule", args: "ID (--delay D | --at T)", summary: "move a scheduled message", run: runReschedule,
-		flags: func() *flag.FlagSet { fs, _, _ := rescheduleFlags(); return fs }}
+	return command{name: "reschedule", args: "(ID | --topic T | --prefix P | --from W | --to W...) (--delay D | --at T) [--dry-run] [--yes]",
+		summary: "move a scheduled message, or every one a filter selects", run: runReschedule,
+		flags: func() *flag.FlagSet { fs, _, _, _ := rescheduleFlags(); return fs }}
 }
 
 // runCancel: delayq cancel ID... | -f FILE. The ids go to Redis in
@@ -95,25 +98,63 @@ func runCancel(ctx context.Context, e *env, args []string) int {
 	return code
 }
 
-func rescheduleFlags() (*flag.FlagSet, *time.Duration, *string) {
+func rescheduleFlags() (*flag.FlagSet, *time.Duration, *string, *bulkOpts) {
 	fs := flag.NewFlagSet("reschedule", flag.ContinueOnError)
 	d := new(time.Duration)
 	durationVar(fs, d, "delay", 0, "due after this delay from now (Redis clock), e.g. 90s, 30m or 36h")
 	at := fs.String("at", "", "due at this RFC 3339 time")
-	return fs, d, at
+	o := &bulkOpts{}
+	addBulkFlags(fs, o, false)
+	return fs, d, at, o
 }
 
+// runReschedule: delayq reschedule ID moves one message; with a filter
+// (--topic, --prefix, --from, --to) it moves every scheduled message the
+// filter selects to one time, as runBulk says (shard.Store.BulkReschedule:
+// --delay counts from when the job first starts, and a run killed half way
+// and run again goes on to the same time).
 func runReschedule(ctx context.Context, e *env, args []string) int {
-	fs, delay, at := rescheduleFlags()
+	fs, delay, at, o := rescheduleFlags()
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil {
 		return exitUsage
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if len(pos) != 1 || set["delay"] == set["at"] {
-		fmt.Fprintln(e.stderr, "delayq reschedule: give one ID and one of --delay or --at")
+	bulk := o.any()
+	if bulk == (len(pos) == 1) || len(pos) > 1 || set["delay"] == set["at"] {
+		fmt.Fprintln(e.stderr, "delayq reschedule: give one ID or a filter (--topic, --prefix, --from, --to), and one of --delay or --at")
 		return exitUsage
+	}
+	if !bulk && (o.dryRun || o.yes) {
+		fmt.Fprintln(e.stderr, "delayq reschedule: --dry-run and --yes go with a filter")
+		return exitUsage
+	}
+	var when time.Time
+	if set["at"] {
+		if when, err = parseAt("at", *at); err != nil {
+			fmt.Fprintf(e.stderr, "delayq reschedule: %v\n", err)
+			return exitUsage
+		}
+	}
+	if bulk {
+		f, err := o.filter()
+		if err != nil {
+			fmt.Fprintf(e.stderr, "delayq reschedule: %v\n", err)
+			return exitUsage
+		}
+		target := " to " + when.UTC().Format(time.RFC3339Nano)
+		if !set["at"] {
+			target = " to " + delay.String() + " from now"
+		}
+		_, code := runBulk(ctx, e, o, f, bulkJob{cmd: "reschedule", verb: "reschedule", done: "rescheduled",
+			run: func(ctx context.Context, st *shard.Store, n int, f shard.BulkFilter, matched int, progress func(shard.BulkProgress)) (shard.BulkProgress, error) {
+				return st.BulkReschedule(ctx, n, f, *delay, when, matched, progress)
+			}}, target)
+		if code == exitOK && !o.dryRun {
+			fmt.Fprintln(e.stdout)
+		}
+		return code
 	}
 	p, done, err := e.producer(ctx)
 	if err != nil {
@@ -122,12 +163,7 @@ func runReschedule(ctx context.Context, e *env, args []string) int {
 	defer done()
 	var due time.Time
 	if set["at"] {
-		t, perr := parseAt("at", *at)
-		if perr != nil {
-			fmt.Fprintf(e.stderr, "delayq reschedule: %v\n", perr)
-			return exitUsage
-		}
-		due, err = p.Reschedule(ctx, pos[0], t)
+		due, err = p.Reschedule(ctx, pos[0], when)
 	} else {
 		due, err = p.RescheduleAfter(ctx, pos[0], *delay)
 	}

@@ -73,12 +73,13 @@ func (p *progress) update(n int, read int64) {
 // done clears the line.
 func (p *progress) done() { fmt.Fprint(p.w, "\r\033[K") }
 
-// bulkBar draws a bulk cancel's progress on one terminal line:
+// bulkBar draws a bulk job's progress on one terminal line:
 // "[#########-----------]  45%  45000 of 100000 cancelled, 12000/s, ETA 5s".
 type bulkBar struct {
 	w     io.Writer
 	start time.Time
-	total int // the dry run's count
+	total int    // the dry run's count
+	done  string // what the job does to a message: "cancelled"
 	last  time.Time
 }
 
@@ -86,16 +87,16 @@ type bulkBar struct {
 func (b *bulkBar) line(p shard.BulkProgress, now time.Time) string {
 	frac := 1.0
 	if b.total > 0 {
-		frac = min(1, float64(p.Cancelled)/float64(b.total))
+		frac = min(1, float64(p.Done)/float64(b.total))
 	}
 	const width = 20
 	filled := int(frac * width)
-	s := fmt.Sprintf("[%s%s] %3.0f%%  %d of %d cancelled", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
-		100*frac, p.Cancelled, b.total)
-	if el := now.Sub(b.start).Seconds(); el > 0 && p.Cancelled > p.Before {
-		rate := float64(p.Cancelled-p.Before) / el
+	s := fmt.Sprintf("[%s%s] %3.0f%%  %d of %d %s", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
+		100*frac, p.Done, b.total, b.done)
+	if el := now.Sub(b.start).Seconds(); el > 0 && p.Done > p.Before {
+		rate := float64(p.Done-p.Before) / el
 		s += fmt.Sprintf(", %.0f/s", rate)
-		if left := b.total - p.Cancelled; left > 0 && rate > 0 {
+		if left := b.total - p.Done; left > 0 && rate > 0 {
 			s += ", ETA " + (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
 		}
 	}
@@ -112,5 +113,5 @@ func (b *bulkBar) update(p shard.BulkProgress) {
 	fmt.Fprintf(b.w, "\r\033[K%s", b.line(p, now))
 }
 
-// done clears the line.
-func (b *bulkBar) done() { fmt.Fprint(b.w, "\r\033[K") }
+// clear clears the line.
+func (b *bulkBar) clear() { fmt.Fprint(b.w, "\r\033[K") }

@@ -94,7 +94,7 @@ func (a *API) StartBulkCancel(ctx context.Context, f shard.BulkFilter, dryRun bo
 	job.State = "running"
 	a.jobs.Go(func() {
 		res, err := a.o.Store.BulkCancel(a.jobsCtx, n, f, matched, nil)
-		Audit(a.o.Log, via, who, "bulk cancel", fmt.Sprintf("%s (%d cancelled)", f, res.Cancelled), err)
+		Audit(a.o.Log, via, who, "bulk cancel", fmt.Sprintf("%s (%d cancelled)", f, res.Done), err)
 	})
 	return job, nil
 }
@@ -110,7 +110,7 @@ func (a *API) ReadBulkJob(ctx context.Context, job string) (BulkJob, error) {
 	if err != nil {
 		return BulkJob{}, err
 	}
-	return BulkJob{Job: j.ID, Filter: j.Filter, State: j.State, Matched: j.Matched, Cancelled: j.Cancelled}, nil
+	return BulkJob{Job: j.ID, Filter: j.Filter, State: j.State, Matched: j.Matched, Cancelled: j.Done}, nil
 }
 
 // ValidJobID reports whether id has the form of a bulk job's id.
