@@ -93,6 +93,44 @@
 //     the Store waits for replicas (WithReplicas: Redis WAIT after every
 //     acknowledged write, ErrNotReplicated when too few confirm).
 //
+// # Flow control at release: the design (not built yet)
+//
+// Per-topic rate limits and pauses will work as follows; what is built so
+// far is deadlines (Message.ExpiresAt, MaxLateness) and bulk cancel and
+// reschedule by filter (BulkCancel, BulkReschedule).
+//
+// A topic's flow (rate, burst, paused until) lives in the namespace's
+// HASH delayq:{ns}:flow, read by every scanner process every 500 ms and
+// on a Pub/Sub notice of a change, so a change takes effect within a
+// second. No head-of-line blocking: the claim script takes the topics
+// whose flow is limited or paused as ARGV and their per-shard held sets,
+// delayq:{ns:i}:held:<topic> (ZSET id -> due, in the shard's slot), as
+// KEYS; it reads each due entry's topic from its envelope (the version
+// byte, a varint, then the topic's length and bytes) and moves an entry
+// of a held topic from the due set into its held set instead of leasing
+// it, at most a bounded number a call, and goes on to the next due entry:
+// a shard whose head belongs to a limited topic still releases every other
+// topic's messages on time. With no limited topic the claim gets no more
+// KEYS and reads no topic: it costs what it costs today.
+//
+// A held set is released at its topic's rate, for the whole fleet, with
+// no leader: a token bucket per topic in a key of its own slot
+// (delayq:{ns:flow:<topic>}:bucket, refilled by the Redis clock) grants
+// each process's releaser at most rate x elapsed + burst tokens, so in
+// any window of a second the fleet claims at most rate + burst of the
+// topic, however many processes and shards; a releaser claims from the
+// held sets with the earliest heads it knows (due order exact within a
+// shard, close across shards) with a script that leases as the claim
+// does, never before the due time, and gives back tokens it could not
+// use. A paused topic takes no tokens until its pause ends, by the Redis
+// clock. A lease that expires puts a held message back in the due set,
+// where the next claim holds it again: a crash never publishes more than
+// the limit. Lateness of released messages is measured apart (it is the
+// limit the operator chose), as is each topic's held backlog; deadlines
+// apply when a message is released, so a limit that makes a message miss
+// its deadline expires it. Cancel, inspect and reschedule find a held
+// message from its envelope's topic, in a second step.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and
