@@ -20,7 +20,18 @@ var ErrNoRoute = errors.New("no route for topic")
 type Destination struct {
 	Exchange   string `yaml:"exchange"`
 	RoutingKey string `yaml:"routing_key"`
+	// Expired says what becomes of a message of the topic claimed past its
+	// deadline: "" or ExpiredDead, the dead set (reason expired); or
+	// ExpiredPublish, published all the same, with the header
+	// x-delayq-late-ms saying how late, for consumers that decide.
+	Expired string `yaml:"expired"`
 }
+
+// The values of Destination.Expired.
+const (
+	ExpiredDead    = "dead"
+	ExpiredPublish = "publish"
+)
 
 // Table maps topics to destinations. The zero Table routes only explicit
 // destinations.
@@ -74,6 +85,7 @@ func (t *Table) DefaultExchange() string { return t.defaultExchange }
 //	routes:
 //	  order.cancel: {exchange: orders, routing_key: order.cancel}
 //	  trial.end:    {exchange: "", routing_key: trial-reminders}  # a queue, via the default exchange
+//	  meeting.remind: {exchange: notify, routing_key: remind, expired: publish}  # past its deadline: published, with x-delayq-late-ms
 type file struct {
 	DefaultExchange string    `yaml:"default_exchange"`
 	Routes          yaml.Node `yaml:"routes"`
@@ -130,8 +142,8 @@ func Parse(b []byte, defaultExchange string) (*Table, error) {
 			return nil, fmt.Errorf("line %d: route %q: %w", v.Line, topic, err)
 		}
 		for j := 0; j+1 < len(v.Content); j += 2 {
-			if f := v.Content[j].Value; f != "exchange" && f != "routing_key" {
-				return nil, fmt.Errorf("line %d: route %q: unknown field %q (want exchange, routing_key)", v.Content[j].Line, topic, f)
+			if f := v.Content[j].Value; f != "exchange" && f != "routing_key" && f != "expired" {
+				return nil, fmt.Errorf("line %d: route %q: unknown field %q (want exchange, routing_key, expired)", v.Content[j].Line, topic, f)
 			}
 		}
 		if err := checkRoute(topic, d); err != nil {
@@ -157,6 +169,9 @@ func checkRoute(topic string, d Destination) error {
 	}
 	if d.Exchange == "" && d.RoutingKey == "" {
 		return fmt.Errorf("route %q: the default exchange (\"\") needs a routing_key naming a queue", topic)
+	}
+	if d.Expired != "" && d.Expired != ExpiredDead && d.Expired != ExpiredPublish {
+		return fmt.Errorf("route %q: expired %q: want %s or %s", topic, d.Expired, ExpiredDead, ExpiredPublish)
 	}
 	return nil
 }

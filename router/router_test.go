@@ -69,11 +69,25 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		"routes list":         {"routes: [a, b]\n", "line 1: routes"},
 		"bad yaml":            {"routes: {a: [\n", "yaml"},
 		"long name":           {"routes:\n  a: {exchange: " + strings.Repeat("x", 300) + "}\n", "exchange"},
+		"bad expired":         {"routes:\n  a: {exchange: x, expired: later}\n", `line 2: route "a": expired "later": want dead or publish`},
 	} {
 		_, err := router.Parse([]byte(c.in), "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want it to contain %q", name, err, c.want)
 		}
+	}
+}
+
+func TestExpiredPolicy(t *testing.T) {
+	tb, err := router.Parse([]byte("routes:\n  a: {exchange: x, expired: publish}\n  b: {exchange: y}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := tb.Resolve("a", "", ""); d.Expired != router.ExpiredPublish {
+		t.Errorf("a: %+v", d)
+	}
+	if d, _ := tb.Resolve("b", "", ""); d.Expired != "" {
+		t.Errorf("b: %+v", d)
 	}
 }
 

@@ -564,12 +564,13 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (p
 	if err != nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error(), false}, nil
 	}
-	if why, expired := env.Expired(c.DueMs, nowMs); expired {
-		return publisher.Message{}, &deadReason{ReasonExpired, why, false}, nil
-	}
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
 		return publisher.Message{}, &deadReason{ReasonNoRoute, err.Error(), false}, nil
+	}
+	why, expired := env.Expired(c.DueMs, nowMs)
+	if expired && dest.Expired != router.ExpiredPublish {
+		return publisher.Message{}, &deadReason{ReasonExpired, why, false}, nil
 	}
 	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
 	if err != nil {
@@ -578,12 +579,15 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (p
 	if !ok {
 		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
 	}
-	h := make(amqp.Table, len(env.Headers)+2)
+	h := make(amqp.Table, len(env.Headers)+3)
 	for _, kv := range env.Headers {
 		h[kv.Key] = kv.Value
 	}
 	h[shard.HeaderDueMs] = c.DueMs
 	h[shard.HeaderAttempt] = int32(c.Attempt)
+	if expired { // its route publishes it all the same: say how late
+		h[shard.HeaderLateMs] = nowMs - c.DueMs
+	}
 	p := env.Properties
 	ts := p.Timestamp
 	if ts.IsZero() {

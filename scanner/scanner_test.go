@@ -127,7 +127,8 @@ func startScanner(t testing.TB, f *fleet, cfg scanner.Config, amqpURL string, st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"}})
+	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"},
+		"late-ok": {Exchange: f.exchange, RoutingKey: "rk", Expired: router.ExpiredPublish}})
 	metrics := scanner.NewMetrics(prometheus.NewRegistry())
 	rdb := redisSrv.Client(t)
 	sc, err := scanner.New(cfg, scanner.Deps{
@@ -435,6 +436,47 @@ func TestUndeliverableGoesDead(t *testing.T) {
 	// The scanner counts a message dead right after Redis says so.
 	shardtest.WaitFor(t, 5*time.Second, func() bool { return f.scanner.Counts().Dead == 4 },
 		func() string { return fmt.Sprintf("scanner counts %+v; want 4 dead", f.scanner.Counts()) })
+}
+
+// TestExpiredMessages: a message claimed past its maximum lateness is
+// dead-lettered as expired, never published, unless its topic's route
+// says to publish it all the same: then it carries x-delayq-late-ms.
+func TestExpiredMessages(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2, scanner.Config{Goroutines: 2}, rabbit.URL)
+	ago := time.Now().Add(-10 * time.Second) // due 10 s ago: claimed about 10 s late
+	for _, m := range []shard.Message{
+		{ID: "too-late", Topic: "t", At: ago, MaxLateness: time.Second},
+		{ID: "late-but-wanted", Topic: "late-ok", At: ago, MaxLateness: time.Second},
+		{ID: "in-time", Topic: "t", At: ago, MaxLateness: time.Minute},
+	} {
+		if _, err := f.prod.Enqueue(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitAll([]string{"late-but-wanted", "in-time"}, 10*time.Second)
+	var info shard.Info
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		info, _ = f.prod.Inspect(t.Context(), "too-late")
+		return info.State == shard.StateDead
+	}, func() string { return fmt.Sprintf("too-late: %+v", info) })
+	if !strings.Contains(info.Reason, "expired: claimed") || !strings.Contains(info.Reason, "maximum lateness of 1s") {
+		t.Errorf("too-late is dead because %q", info.Reason)
+	}
+	if len(f.delivered("too-late")) != 0 {
+		t.Error("too-late was published")
+	}
+	late, ok := f.delivered("late-but-wanted")[0].raw.Headers[shard.HeaderLateMs].(int64)
+	if !ok || late < 9000 {
+		t.Errorf("late-but-wanted carries %s = %v, want about 10000", shard.HeaderLateMs, late)
+	}
+	if _, ok := f.delivered("in-time")[0].raw.Headers[shard.HeaderLateMs]; ok {
+		t.Errorf("in-time carries %s", shard.HeaderLateMs)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		var m dto.Metric
+		return f.metrics.Dead.WithLabelValues(scanner.ReasonExpired).Write(&m) == nil && m.GetCounter().GetValue() == 1
+	}, func() string { return "delayq_messages_dead_total{reason=\"expired\"} is not 1" })
 }
 
 // boundQueue declares an exclusive queue "<ns>-<key>" with args, bound to

@@ -140,6 +140,10 @@ const (
 	HeaderRetry = "x-delayq-retry"
 	// HeaderRetryStep: 0 for the original delivery, n for the n-th retry.
 	HeaderRetryStep = "x-delayq-retry-step"
+	// HeaderLateMs (int64): on a message claimed past its deadline whose
+	// route publishes it all the same (router.ExpiredPublish), how many ms
+	// after the time it was scheduled for it was claimed.
+	HeaderLateMs = "x-delayq-late-ms"
 )
 
 // ValidateID checks a message id: 1..MaxIDLen bytes of UTF-8 without

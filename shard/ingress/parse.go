@@ -294,7 +294,7 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 			c.retryCause = &s
 		case shard.HeaderRetryStep:
 			c.retryStep = v
-		case shard.HeaderDueMs, shard.HeaderAttempt:
+		case shard.HeaderDueMs, shard.HeaderAttempt, shard.HeaderLateMs:
 			// from a past delivery: not the new message's
 		default:
 			return nil, reject(ReasonControl, "unknown header %s (names starting with %s are delayq's: %s, %s, %s, %s, %s, %s, %s)",
