@@ -97,13 +97,18 @@ func BulkKey(ns string, i int, job string) string {
 
 // BulkJobKey is the record of bulk cancel job of ns, a HASH: filter (its
 // text), matched (what the dry run before it counted, when the caller
-// gave it), state (running, done). It expires a day after its last write.
+// gave it), state (running, done), action (cancel, reschedule) and, for a
+// reschedule, due (the unix ms it moves messages to). It expires a day
+// after its last write.
 func BulkJobKey(ns, job string) string { return "delayq:{" + ns + "}:bulk:" + job }
 
-// BulkJob is a bulk cancel as any process can read it from Redis.
+// BulkJob is a bulk job as any process can read it from Redis.
 type BulkJob struct {
 	ID     string
+	Action string // "cancel" or "reschedule"
 	Filter string
+	// DueMs is the time a reschedule moves messages to (unix ms).
+	DueMs int64
 	// State is "running" (started and not finished: under way, or its
 	// caller died and the same filter must be run again), "done", or ""
 	// (no such job, or expired).
@@ -117,10 +122,11 @@ func (s *Store) BulkStatus(ctx context.Context, shards int, job string) (BulkJob
 	j := BulkJob{ID: job}
 	rec, err := s.rdb.HGetAll(ctx, BulkJobKey(s.ns, job)).Result()
 	if err != nil {
-		return j, fmt.Errorf("bulk cancel %s: %w", job, err)
+		return j, fmt.Errorf("bulk job %s: %w", job, err)
 	}
-	j.Filter, j.State = rec["filter"], rec["state"]
+	j.Action, j.Filter, j.State = rec["action"], rec["filter"], rec["state"]
 	j.Matched, _ = strconv.Atoi(rec["matched"])
+	j.DueMs, _ = strconv.ParseInt(rec["due"], 10, 64)
 	if j.State == "" {
 		return j, nil
 	}
@@ -177,7 +183,7 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 	if err := f.Validate(); err != nil {
 		return BulkProgress{}, err
 	}
-	return s.bulkRun(ctx, shards, f, f.Job(), matched, nil, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
 		return s.bulkShard(ctx, i, bulkCancelScript, []string{BulkKey(s.ns, i, job)}, []any{bulkTTL.Milliseconds()}, ids)
 	})
 }
@@ -215,10 +221,20 @@ func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, de
 			return BulkProgress{}, fmt.Errorf("bulk reschedule: %w", err)
 		}
 	}
-	return s.bulkRun(ctx, shards, f, job, matched, []any{"due", due}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
 		return s.bulkShard(ctx, i, bulkRescheduleScript, []string{BulkKey(s.ns, i, job)},
 			[]any{bulkTTL.Milliseconds(), due, s.wake, i}, ids)
 	})
+}
+
+// RescheduleJob names the bulk reschedule of this filter to at, or delay
+// after its start (as BulkReschedule takes them).
+func (f BulkFilter) RescheduleJob(delay time.Duration, at time.Time) (string, error) {
+	mode, ms, err := validateWhen(delay, at)
+	if err != nil {
+		return "", err
+	}
+	return f.rescheduleJob(mode, ms), nil
 }
 
 // rescheduleJob names a bulk reschedule: the filter and the time asked

@@ -236,6 +236,28 @@ func TestConsoleInABrowser(t *testing.T) {
 		return text("bulk-progress") == "Done: 120 of 120 cancelled."
 	}, func() string { return "the bulk cancel's progress line says " + text("bulk-progress") })
 	screenshot("console-bulk.png")
+	// Reschedule every match the same way.
+	var moveIn strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&moveIn, `{"id":"move-%03d","topic":"promo","delay_ms":3600000}`+"\n", i)
+	}
+	if _, e, code := w.delayq(moveIn.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
+	do(chromedp.Navigate(base+"/scheduled?prefix=move-"), chromedp.WaitVisible(chromedp.ID("reschedule-matching")),
+		chromedp.SendKeys(chromedp.ID("bulk-delay"), "2h"), chromedp.Click(chromedp.ID("reschedule-matching")),
+		chromedp.WaitVisible(chromedp.ID("confirm")))
+	if q := text("question"); q != "Reschedule 30 scheduled messages to 2h0m0s from now?" {
+		t.Errorf("the bulk reschedule asks %q", q)
+	}
+	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+		return text("bulk-progress") == "Done: 30 of 30 rescheduled."
+	}, func() string { return "the bulk reschedule's progress line says " + text("bulk-progress") })
+	if out, _, _ := w.delayq("", "inspect", "move-007"); !strings.Contains(out, "due:") {
+		t.Errorf("move-007 after the bulk reschedule:\n%s", out)
+	}
 	// A read token sees the dead list but has no buttons to change it.
 	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),

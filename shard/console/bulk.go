@@ -1,6 +1,7 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -34,6 +35,16 @@ func bulkFilter(form url.Values) (shard.BulkFilter, error) {
 // selects: a confirmation with the count first, then the job, then its
 // progress page.
 func (c *Console) bulkCancel(w http.ResponseWriter, r *http.Request, s session) {
+	c.bulkAction(w, r, s, "cancel")
+}
+
+// bulkReschedule moves every scheduled message the filter selects to the
+// form's delay from now, as bulkCancel does.
+func (c *Console) bulkReschedule(w http.ResponseWriter, r *http.Request, s session) {
+	c.bulkAction(w, r, s, "reschedule")
+}
+
+func (c *Console) bulkAction(w http.ResponseWriter, r *http.Request, s session, action string) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -45,21 +56,37 @@ func (c *Console) bulkCancel(w http.ResponseWriter, r *http.Request, s session) 
 	}
 	back := "/scheduled?" + url.Values{"topic": {r.PostFormValue("topic")}, "prefix": {r.PostFormValue("prefix")},
 		"from": {r.PostFormValue("from")}, "to": {r.PostFormValue("to")}}.Encode()
+	var to httpapi.BulkTarget
+	if action == "reschedule" {
+		d, err := time.ParseDuration(strings.TrimSpace(r.PostFormValue("delay")))
+		if err != nil || d < 0 {
+			c.render(w, http.StatusBadRequest, "error.html", map[string]any{"S": s, "Title": "Not rescheduled",
+				"Error": fmt.Sprintf("delay %q: give a duration from now, such as 30m or 2h", r.PostFormValue("delay"))})
+			return
+		}
+		to.Delay = d
+	}
 	confirmed := r.PostFormValue("confirm") == "yes"
-	job, err := c.o.API.StartBulkCancel(r.Context(), f, !confirmed, "console", s.Name)
+	job, err := c.o.API.StartBulk(r.Context(), action, f, to, !confirmed, "console", s.Name)
 	if err != nil {
 		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not cancelled", "Error": err.Error()})
 		return
 	}
 	if !confirmed {
 		fields := map[string][]string{}
-		for _, k := range []string{"topic", "prefix", "from", "to"} {
+		for _, k := range []string{"topic", "prefix", "from", "to", "delay"} {
 			fields[k] = []string{r.PostFormValue(k)}
 		}
-		c.render(w, http.StatusOK, "confirm.html", map[string]any{"S": s, "Title": "Confirm", "Nav": "scheduled",
+		q := map[string]any{"S": s, "Title": "Confirm", "Nav": "scheduled",
 			"Question": "Cancel " + plural(job.Matched, "scheduled message") + "?",
 			"Explain":  "Every scheduled message with " + f.String() + " is deleted and never delivered.",
-			"Post":     "/scheduled/cancel", "Back": back, "Verb": "cancel them", "Danger": true, "Fields": fields})
+			"Post":     "/scheduled/cancel", "Back": back, "Verb": "cancel them", "Danger": true, "Fields": fields}
+		if action == "reschedule" {
+			q["Question"] = "Reschedule " + plural(job.Matched, "scheduled message") + " to " + to.Delay.String() + " from now?"
+			q["Explain"] = "Every scheduled message with " + f.String() + " becomes due then, all at once."
+			q["Post"], q["Verb"], q["Danger"] = "/scheduled/reschedule", "reschedule them", false
+		}
+		c.render(w, http.StatusOK, "confirm.html", q)
 		return
 	}
 	http.Redirect(w, r, "/bulk?job="+url.QueryEscape(job.Job), http.StatusSeeOther)

@@ -115,6 +115,7 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleAdmin, c.cancel))
 	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleAdmin, c.reschedule))
 	c.mux.HandleFunc("POST /scheduled/cancel", c.page(httpapi.RoleAdmin, c.bulkCancel))
+	c.mux.HandleFunc("POST /scheduled/reschedule", c.page(httpapi.RoleAdmin, c.bulkReschedule))
 	c.mux.HandleFunc("GET /bulk", c.page(httpapi.RoleRead, c.bulk))
 	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
 	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))

@@ -95,8 +95,9 @@ func New(o Options) *API {
 	a.handle("DELETE /v1/dead/{id}", RoleAdmin, a.purgeOne)
 	a.handle("POST /v1/dead/redrive", RoleAdmin, a.redriveMany)
 	a.handle("POST /v1/dead/purge", RoleAdmin, a.purgeMany)
-	a.handle("POST /v1/bulk/cancel", RoleAdmin, a.bulkCancel)
-	a.handle("GET /v1/bulk/cancel/{job}", RoleRead, a.bulkStatus)
+	a.handle("POST /v1/bulk/cancel", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "cancel") })
+	a.handle("POST /v1/bulk/reschedule", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "reschedule") })
+	a.handle("GET /v1/bulk/{job}", RoleRead, a.bulkStatus)
 	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

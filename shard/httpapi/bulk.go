@@ -10,38 +10,35 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
-// BulkJob is a bulk cancel as POST and GET /v1/bulk/cancel show it.
+// BulkJob is a bulk cancel or reschedule as POST /v1/bulk/… and GET
+// /v1/bulk/{job} show it.
 type BulkJob struct {
 	Job    string `json:"job"`
+	Action string `json:"action"` // cancel, reschedule
 	Filter string `json:"filter"`
 	// State: running (under way, or its server stopped: POST the same
-	// filter again to go on), done, or dry_run (nothing changed).
-	State     string `json:"state"`
-	Matched   int    `json:"matched"`   // what the filter selected when the job started
-	Cancelled int    `json:"cancelled"` // so far, by every run of the job
+	// request again to go on), done, or dry_run (nothing changed).
+	State   string `json:"state"`
+	Matched int    `json:"matched"` // what the filter selected when the job started
+	Done    int    `json:"done"`    // cancelled or rescheduled so far, by every run of the job
+	// Due is where a reschedule moves the messages (once it started).
+	Due string `json:"due,omitempty"`
 }
 
-// bulkCancel starts a bulk cancel of what the filter selects, and answers
-// 202 with the job to poll (Location), or with dry_run only the count.
-// The job runs on in this process (Close stops it); its progress is in
-// Redis, so any instance answers GET /v1/bulk/cancel/{job}, and a POST of
-// the same filter goes on with a job whose server stopped.
-func (a *API) bulkCancel(w http.ResponseWriter, r *http.Request) {
-	b := readBody(w, r, 64<<10)
-	if b == nil {
-		return
-	}
-	var req struct {
-		Topic  string `json:"topic"`
-		Prefix string `json:"prefix"`
-		From   string `json:"from"`
-		To     string `json:"to"`
-		All    bool   `json:"all"`
-		DryRun bool   `json:"dry_run"`
-	}
-	if !decodeStrict(w, b, &req) {
-		return
-	}
+// bulkRequest is the body of POST /v1/bulk/cancel and /v1/bulk/reschedule.
+type bulkRequest struct {
+	Topic   string `json:"topic"`
+	Prefix  string `json:"prefix"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	All     bool   `json:"all"`
+	DryRun  bool   `json:"dry_run"`
+	DelayMs *int64 `json:"delay_ms"` // reschedule: after this delay from the job's start
+	AtMs    *int64 `json:"at_ms"`    // reschedule: at this unix ms
+}
+
+// filter reads the request's filter; the error names the field.
+func (req *bulkRequest) filter() (shard.BulkFilter, error) {
 	f := shard.BulkFilter{Topic: req.Topic, Prefix: req.Prefix, All: req.All}
 	now := time.Now()
 	for _, e := range []struct {
@@ -53,13 +50,47 @@ func (a *API) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		}
 		t, err := shard.ParseWindowEnd(e.field, e.v, now)
 		if err != nil {
-			a.fail(w, err)
-			return
+			return f, err
 		}
 		*e.to = t
 	}
+	return f, f.Validate()
+}
+
+// bulk answers a POST of a bulk job: the count with dry_run, else 202
+// with the job to poll (Location). The job runs on in this process (Close
+// stops it); its progress is in Redis, so any instance answers GET
+// /v1/bulk/{job}, and a POST of the same request goes on with a job whose
+// server stopped.
+func (a *API) bulk(w http.ResponseWriter, r *http.Request, action string) {
+	b := readBody(w, r, 64<<10)
+	if b == nil {
+		return
+	}
+	var req bulkRequest
+	if !decodeStrict(w, b, &req) {
+		return
+	}
+	f, err := req.filter()
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	var to BulkTarget
+	switch {
+	case action == "cancel" && (req.DelayMs != nil || req.AtMs != nil):
+		problem(w, http.StatusBadRequest, "invalid delay_ms", "a cancel takes no delay_ms or at_ms", "delay_ms")
+		return
+	case action == "reschedule" && (req.DelayMs == nil) == (req.AtMs == nil):
+		problem(w, http.StatusBadRequest, "invalid delay_ms", "give delay_ms or at_ms", "delay_ms")
+		return
+	case req.DelayMs != nil:
+		to.Delay = time.Duration(*req.DelayMs) * time.Millisecond
+	case req.AtMs != nil:
+		to.At = time.UnixMilli(*req.AtMs)
+	}
 	who, _ := r.Context().Value(holderKey{}).(string)
-	job, err := a.StartBulkCancel(r.Context(), f, req.DryRun, "api", who)
+	job, err := a.StartBulk(r.Context(), action, f, to, req.DryRun, "api", who)
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -68,16 +99,31 @@ func (a *API) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, job)
 		return
 	}
-	w.Header().Set("Location", "/v1/bulk/cancel/"+job.Job)
+	w.Header().Set("Location", "/v1/bulk/"+job.Job)
 	writeJSON(w, http.StatusAccepted, job)
 }
 
-// StartBulkCancel counts what f selects and, unless dryRun, starts
-// cancelling it in a goroutine of the API (Close stops it), which writes
-// an audit line (via, who) when it ends. It returns the job as it starts.
-func (a *API) StartBulkCancel(ctx context.Context, f shard.BulkFilter, dryRun bool, via, who string) (BulkJob, error) {
+// BulkTarget is where a bulk reschedule moves messages: At, or Delay
+// after the job's start.
+type BulkTarget struct {
+	Delay time.Duration
+	At    time.Time
+}
+
+// StartBulk counts what f selects and, unless dryRun, starts the job
+// (action cancel, or reschedule to to) in a goroutine of the API (Close
+// stops it), which writes an audit line (via, who) when it ends. It
+// returns the job as it starts.
+func (a *API) StartBulk(ctx context.Context, action string, f shard.BulkFilter, to BulkTarget, dryRun bool, via, who string) (BulkJob, error) {
 	if err := f.Validate(); err != nil {
 		return BulkJob{}, err
+	}
+	id := f.Job()
+	if action == "reschedule" {
+		var err error
+		if id, err = f.RescheduleJob(to.Delay, to.At); err != nil {
+			return BulkJob{}, err
+		}
 	}
 	n, err := a.o.Shards(ctx)
 	if err != nil {
@@ -87,20 +133,26 @@ func (a *API) StartBulkCancel(ctx context.Context, f shard.BulkFilter, dryRun bo
 	if err != nil {
 		return BulkJob{}, err
 	}
-	job := BulkJob{Job: f.Job(), Filter: f.String(), State: "dry_run", Matched: matched}
+	job := BulkJob{Job: id, Action: action, Filter: f.String(), State: "dry_run", Matched: matched}
 	if dryRun {
 		return job, nil
 	}
 	job.State = "running"
 	a.jobs.Go(func() {
-		res, err := a.o.Store.BulkCancel(a.jobsCtx, n, f, matched, nil)
-		Audit(a.o.Log, via, who, "bulk cancel", fmt.Sprintf("%s (%d cancelled)", f, res.Done), err)
+		var res shard.BulkProgress
+		var err error
+		if action == "reschedule" {
+			res, err = a.o.Store.BulkReschedule(a.jobsCtx, n, f, to.Delay, to.At, matched, nil)
+		} else {
+			res, err = a.o.Store.BulkCancel(a.jobsCtx, n, f, matched, nil)
+		}
+		Audit(a.o.Log, via, who, "bulk "+action, fmt.Sprintf("%s (%d done)", f, res.Done), err)
 	})
 	return job, nil
 }
 
-// ReadBulkJob reads where bulk cancel job stands; its State is "" when
-// there is no such job.
+// ReadBulkJob reads where bulk job stands; its State is "" when there is
+// no such job.
 func (a *API) ReadBulkJob(ctx context.Context, job string) (BulkJob, error) {
 	n, err := a.o.Shards(ctx)
 	if err != nil {
@@ -110,18 +162,22 @@ func (a *API) ReadBulkJob(ctx context.Context, job string) (BulkJob, error) {
 	if err != nil {
 		return BulkJob{}, err
 	}
-	return BulkJob{Job: j.ID, Filter: j.Filter, State: j.State, Matched: j.Matched, Cancelled: j.Done}, nil
+	v := BulkJob{Job: j.ID, Action: j.Action, Filter: j.Filter, State: j.State, Matched: j.Matched, Done: j.Done}
+	if j.DueMs > 0 {
+		v.Due = time.UnixMilli(j.DueMs).UTC().Format(time.RFC3339Nano)
+	}
+	return v, nil
 }
+
+var jobID = regexp.MustCompile(`^[0-9a-f]{16}$`)
 
 // ValidJobID reports whether id has the form of a bulk job's id.
 func ValidJobID(id string) bool { return jobID.MatchString(id) }
 
-var jobID = regexp.MustCompile(`^[0-9a-f]{16}$`)
-
-// bulkStatus answers where a bulk cancel stands, from Redis.
+// bulkStatus answers where a bulk job stands, from Redis.
 func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("job")
-	if !jobID.MatchString(id) {
+	if !ValidJobID(id) {
 		problem(w, http.StatusBadRequest, "invalid job", fmt.Sprintf("%q is not a job id (16 hex digits, as the POST answered)", id), "job")
 		return
 	}
@@ -131,14 +187,14 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if j.State == "" {
-		problem(w, http.StatusNotFound, "not found", fmt.Sprintf("no bulk cancel %s (or it ended more than a day ago)", id), "job")
+		problem(w, http.StatusNotFound, "not found", fmt.Sprintf("no bulk job %s (or it ended more than a day ago)", id), "job")
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
 }
 
 // Close stops the bulk jobs this API runs and waits for them: each stops
-// between two script calls, and a POST of its filter goes on later.
+// between two script calls, and a POST of its request goes on later.
 func (a *API) Close(ctx context.Context) error {
 	a.stopJobs()
 	done := make(chan struct{})

@@ -45,21 +45,59 @@ func TestBulkCancelOverHTTP(t *testing.T) {
 	if code != http.StatusAccepted || v["state"] != "running" || v["matched"] != 600.0 {
 		t.Fatalf("start: %d %v", code, v)
 	}
-	poll := "/v1/bulk/cancel/" + v["job"].(string)
+	poll := "/v1/bulk/" + v["job"].(string)
 	shardtest.WaitFor(t, 20*time.Second, func() bool {
 		_, v = f.do("GET", poll, readToken, "", "")
 		return v["state"] == "done"
 	}, func() string { return fmt.Sprintf("the job: %v", v) })
-	if v["cancelled"] != 600.0 {
+	if v["done"] != 600.0 || v["action"] != "cancel" {
 		t.Errorf("done: %v, want 600 cancelled", v)
 	}
 	if n, _ := f.st.CountMatching(t.Context(), 4, shard.BulkFilter{All: true}); n != 600 {
 		t.Errorf("%d scheduled after the bulk cancel, want the 600 kept", n)
 	}
-	if code, v := f.do("GET", "/v1/bulk/cancel/0123456789abcdef", readToken, "", ""); code != http.StatusNotFound {
+	if code, v := f.do("GET", "/v1/bulk/0123456789abcdef", readToken, "", ""); code != http.StatusNotFound {
 		t.Errorf("an unknown job: %d %v", code, v)
 	}
-	if code, v := f.do("GET", "/v1/bulk/cancel/nope", readToken, "", ""); code != http.StatusBadRequest || v["field"] != "job" {
+	if code, v := f.do("GET", "/v1/bulk/nope", readToken, "", ""); code != http.StatusBadRequest || v["field"] != "job" {
 		t.Errorf("a malformed job id: %d %v", code, v)
+	}
+}
+
+// TestBulkRescheduleOverHTTP: the selected messages move to one time; a
+// reschedule needs delay_ms or at_ms, a cancel takes neither.
+func TestBulkRescheduleOverHTTP(t *testing.T) {
+	f := newFixture(t)
+	t.Parallel()
+	var msgs []shard.Message
+	for i := range 100 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("%s-%d", []string{"move", "stay"}[i%2], i), Topic: "t", Delay: time.Hour})
+	}
+	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	for path, body := range map[string]string{
+		"/v1/bulk/reschedule": `{"prefix":"move-"}`,
+		"/v1/bulk/cancel":     `{"prefix":"move-","delay_ms":1000}`,
+	} {
+		if code, v := f.do("POST", path, adminToken, js, body); code != http.StatusBadRequest || v["field"] != "delay_ms" {
+			t.Errorf("POST %s %s: %d %v, want 400 naming delay_ms", path, body, code, v)
+		}
+	}
+	at := time.Now().Add(3 * time.Hour).Truncate(time.Millisecond)
+	code, v := f.do("POST", "/v1/bulk/reschedule", adminToken, js, fmt.Sprintf(`{"prefix":"move-","at_ms":%d}`, at.UnixMilli()))
+	if code != http.StatusAccepted || v["action"] != "reschedule" || v["matched"] != 50.0 {
+		t.Fatalf("start: %d %v", code, v)
+	}
+	poll := "/v1/bulk/" + v["job"].(string)
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		_, v = f.do("GET", poll, readToken, "", "")
+		return v["state"] == "done"
+	}, func() string { return fmt.Sprintf("the job: %v", v) })
+	if v["done"] != 50.0 || v["due"] != at.UTC().Format(time.RFC3339Nano) {
+		t.Errorf("done: %v, want 50 moved to %s", v, at.UTC().Format(time.RFC3339Nano))
+	}
+	if info, err := f.prod.Inspect(t.Context(), "move-0"); err != nil || !info.At.Equal(at) {
+		t.Errorf("move-0 is due at %v (%v), want %v", info.At, err, at)
 	}
 }
