@@ -216,45 +216,33 @@ func TestConsoleInABrowser(t *testing.T) {
 	if out, _, _ := w.delayq("", "inspect", long); !strings.Contains(out, "unknown") {
 		t.Errorf("%s after the cancel:\n%s", long, out)
 	}
-	// Cancel every message a filter selects: the count first, then the
-	// job's progress line until it is done.
-	var bulkIn strings.Builder
-	for i := range 120 {
-		fmt.Fprintf(&bulkIn, `{"id":"bulk-%03d","topic":"promo","delay_ms":3600000}`+"\n", i)
+	// Cancel, then reschedule, every message a filter selects: the count
+	// first, then the job's progress line until it is done.
+	bulk := func(prefix string, n int, button string, fill []chromedp.Action[chromedp.Void], question, done string) {
+		t.Helper()
+		var in strings.Builder
+		for i := range n {
+			fmt.Fprintf(&in, `{"id":"%s%03d","topic":"promo","delay_ms":3600000}`+"\n", prefix, i)
+		}
+		if _, e, code := w.delayq(in.String(), "enqueue", "-f", "-"); code != 0 {
+			t.Fatal(e)
+		}
+		do(chromedp.Navigate(base+"/scheduled?prefix="+prefix), chromedp.WaitVisible(chromedp.ID(button)))
+		do(fill...)
+		do(chromedp.Click(chromedp.ID(button)), chromedp.WaitVisible(chromedp.ID("confirm")))
+		if q := text("question"); q != question {
+			t.Errorf("%s asks %q, want %q", button, q, question)
+		}
+		do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+		shardtest.WaitFor(t, 20*time.Second, func() bool {
+			do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
+			return text("bulk-progress") == done
+		}, func() string { return button + ": the progress line says " + text("bulk-progress") })
 	}
-	if _, e, code := w.delayq(bulkIn.String(), "enqueue", "-f", "-"); code != 0 {
-		t.Fatal(e)
-	}
-	do(chromedp.Navigate(base+"/scheduled?prefix=bulk-"), chromedp.WaitVisible(chromedp.ID("cancel-matching")),
-		chromedp.Click(chromedp.ID("cancel-matching")), chromedp.WaitVisible(chromedp.ID("confirm")))
-	if q := text("question"); q != "Cancel 120 scheduled messages?" {
-		t.Errorf("the bulk cancel asks %q", q)
-	}
-	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
-	shardtest.WaitFor(t, 20*time.Second, func() bool {
-		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
-		return text("bulk-progress") == "Done: 120 of 120 cancelled."
-	}, func() string { return "the bulk cancel's progress line says " + text("bulk-progress") })
+	bulk("bulk-", 120, "cancel-matching", nil, "Cancel 120 scheduled messages?", "Done: 120 of 120 cancelled.")
 	screenshot("console-bulk.png")
-	// Reschedule every match the same way.
-	var moveIn strings.Builder
-	for i := range 30 {
-		fmt.Fprintf(&moveIn, `{"id":"move-%03d","topic":"promo","delay_ms":3600000}`+"\n", i)
-	}
-	if _, e, code := w.delayq(moveIn.String(), "enqueue", "-f", "-"); code != 0 {
-		t.Fatal(e)
-	}
-	do(chromedp.Navigate(base+"/scheduled?prefix=move-"), chromedp.WaitVisible(chromedp.ID("reschedule-matching")),
-		chromedp.SendKeys(chromedp.ID("bulk-delay"), "2h"), chromedp.Click(chromedp.ID("reschedule-matching")),
-		chromedp.WaitVisible(chromedp.ID("confirm")))
-	if q := text("question"); q != "Reschedule 30 scheduled messages to 2h0m0s from now?" {
-		t.Errorf("the bulk reschedule asks %q", q)
-	}
-	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
-	shardtest.WaitFor(t, 20*time.Second, func() bool {
-		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("bulk-progress")))
-		return text("bulk-progress") == "Done: 30 of 30 rescheduled."
-	}, func() string { return "the bulk reschedule's progress line says " + text("bulk-progress") })
+	bulk("move-", 30, "reschedule-matching", []chromedp.Action[chromedp.Void]{chromedp.SendKeys(chromedp.ID("bulk-delay"), "2h")},
+		"Reschedule 30 scheduled messages to 2h0m0s from now?", "Done: 30 of 30 rescheduled.")
 	if out, _, _ := w.delayq("", "inspect", "move-007"); !strings.Contains(out, "due:") {
 		t.Errorf("move-007 after the bulk reschedule:\n%s", out)
 	}

@@ -16,13 +16,7 @@ import (
 func TestBulkCancelOverHTTP(t *testing.T) {
 	f := newFixture(t)
 	t.Parallel()
-	var msgs []shard.Message
-	for i := range 1200 {
-		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("%s-%d", []string{"campaign", "keep"}[i%2], i), Topic: "t", Delay: time.Hour})
-	}
-	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
-		t.Fatal(err)
-	}
+	f.enqueueAlternating(1200, "campaign", "keep")
 	for body, field := range map[string]string{
 		`{}`:                                   "filter",
 		`{"all":true,"topic":"t"}`:             "filter",
@@ -45,11 +39,7 @@ func TestBulkCancelOverHTTP(t *testing.T) {
 	if code != http.StatusAccepted || v["state"] != "running" || v["matched"] != 600.0 {
 		t.Fatalf("start: %d %v", code, v)
 	}
-	poll := "/v1/bulk/" + v["job"].(string)
-	shardtest.WaitFor(t, 20*time.Second, func() bool {
-		_, v = f.do("GET", poll, readToken, "", "")
-		return v["state"] == "done"
-	}, func() string { return fmt.Sprintf("the job: %v", v) })
+	v = f.waitJob(v["job"].(string))
 	if v["done"] != 600.0 || v["action"] != "cancel" {
 		t.Errorf("done: %v, want 600 cancelled", v)
 	}
@@ -69,13 +59,7 @@ func TestBulkCancelOverHTTP(t *testing.T) {
 func TestBulkRescheduleOverHTTP(t *testing.T) {
 	f := newFixture(t)
 	t.Parallel()
-	var msgs []shard.Message
-	for i := range 100 {
-		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("%s-%d", []string{"move", "stay"}[i%2], i), Topic: "t", Delay: time.Hour})
-	}
-	if _, err := f.prod.EnqueueBatch(t.Context(), msgs); err != nil {
-		t.Fatal(err)
-	}
+	f.enqueueAlternating(100, "move", "stay")
 	for path, body := range map[string]string{
 		"/v1/bulk/reschedule": `{"prefix":"move-"}`,
 		"/v1/bulk/cancel":     `{"prefix":"move-","delay_ms":1000}`,
@@ -89,15 +73,35 @@ func TestBulkRescheduleOverHTTP(t *testing.T) {
 	if code != http.StatusAccepted || v["action"] != "reschedule" || v["matched"] != 50.0 {
 		t.Fatalf("start: %d %v", code, v)
 	}
-	poll := "/v1/bulk/" + v["job"].(string)
-	shardtest.WaitFor(t, 20*time.Second, func() bool {
-		_, v = f.do("GET", poll, readToken, "", "")
-		return v["state"] == "done"
-	}, func() string { return fmt.Sprintf("the job: %v", v) })
+	v = f.waitJob(v["job"].(string))
 	if v["done"] != 50.0 || v["due"] != at.UTC().Format(time.RFC3339Nano) {
 		t.Errorf("done: %v, want 50 moved to %s", v, at.UTC().Format(time.RFC3339Nano))
 	}
 	if info, err := f.prod.Inspect(t.Context(), "move-0"); err != nil || !info.At.Equal(at) {
 		t.Errorf("move-0 is due at %v (%v), want %v", info.At, err, at)
 	}
+}
+
+// enqueueAlternating schedules n messages an hour ahead, with ids
+// "<a>-<i>" and "<b>-<i>" in turn.
+func (f *fixture) enqueueAlternating(n int, a, b string) {
+	f.t.Helper()
+	msgs := make([]shard.Message, n)
+	for i := range msgs {
+		msgs[i] = shard.Message{ID: fmt.Sprintf("%s-%d", []string{a, b}[i%2], i), Topic: "t", Delay: time.Hour}
+	}
+	if _, err := f.prod.EnqueueBatch(f.t.Context(), msgs); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitJob polls GET /v1/bulk/{job} until the job is done and returns it.
+func (f *fixture) waitJob(job string) map[string]any {
+	f.t.Helper()
+	var v map[string]any
+	shardtest.WaitFor(f.t, 20*time.Second, func() bool {
+		_, v = f.do("GET", "/v1/bulk/"+job, readToken, "", "")
+		return v["state"] == "done"
+	}, func() string { return fmt.Sprintf("the job: %v", v) })
+	return v
 }
