@@ -4,7 +4,8 @@
 # alone, bare amqp091-go with confirms) and delayq's scenarios (saturated
 # dispatch, steady load at 25/50% of the shared-core limit (d) with 1-3 scanners
 # and every claim batch, a burst
-# all due at one millisecond, an idle fleet, memory per pending message, the
+# all due at one millisecond, an idle fleet, memory per pending message, a
+# bulk cancel by id prefix, the
 # AMQP ingress against bare consume+ack and bare EnqueueBatch) in
 # the same run, and prints a table with PASS/FAIL per target plus bench.json.
 #

@@ -70,7 +70,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,ingress,console); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
 	flag.StringVar(&scannerEnv, "scanner-env", "", "comma-separated NAME=value pairs added to every scanner's environment "+
@@ -155,6 +155,7 @@ type results struct {
 	Burst     []burstResult     `json:"burst"`
 	Idle      *idleResult       `json:"idle,omitempty"`
 	Memory    *memoryResult     `json:"memory,omitempty"`
+	Bulk      *bulkResult       `json:"bulk,omitempty"`
 	Ingress   *ingressResult    `json:"ingress,omitempty"`
 	Console   *consoleResult    `json:"console,omitempty"`
 	Targets   []target          `json:"targets"`
@@ -246,6 +247,12 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "%d pending, %d-byte bodies, ids up to %d bytes\t%.0f bytes each (body + id + %.0f)\t\n", m.Messages, m.BodyBytes, m.IDBytes,
 			m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes+m.IDBytes))
 		fmt.Fprintf(tw, "MEMORY USAGE per message: due ZSET, msg hash (envelope)\t%.0f, %.0f (%.0f)\t\n", m.DueBytes, m.MsgBytes, m.EnvelopeBytes)
+	}
+	if bk := r.Bulk; bk != nil {
+		fmt.Fprintln(tw, "\nBULK CANCEL (by id prefix)\t\t")
+		fmt.Fprintf(tw, "%d of %d pending: dry run, cancel\t%.2f s, %.2f s (%.0f cancelled/s, %.0f entries read/s)\t\n",
+			bk.Matched, bk.Messages, bk.DryRun, bk.Cancel, bk.PerSec, bk.ScanPerS)
+		fmt.Fprintf(tw, "Redis commands over 5 ms meanwhile\t%d\t\n", bk.SlowOver5)
 	}
 	if in := r.Ingress; in != nil {
 		fmt.Fprintln(tw, "\nAMQP INGRESS (queue → Redis, one scanner)\tmsg/s\tof the lower ceiling\t")

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"ingress", b.ingress}, {"console", b.console}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -1338,4 +1338,65 @@ func download(ctx context.Context, url, file string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// bulkResult is a bulk cancel by id prefix over a backlog.
+type bulkResult struct {
+	Messages  int     `json:"messages"`  // scheduled when it started
+	Matched   int     `json:"matched"`   // what the filter selected (the dry run)
+	DryRun    float64 `json:"dry_run_s"` // the dry run's seconds
+	Cancel    float64 `json:"cancel_s"`  // the bulk cancel's seconds
+	Scanned   int     `json:"scanned"`   // entries the cancel read
+	PerSec    float64 `json:"cancelled_per_s"`
+	ScanPerS  float64 `json:"scanned_per_s"`
+	SlowOver5 int     `json:"slow_over_5ms"` // Redis commands over 5 ms meanwhile
+}
+
+// bulk cancels the messages of one id prefix (about 11 % of them) out
+// of a backlog of b.c.memory pending messages, after a dry run, and
+// reports the rates and the Redis commands over 5 ms meanwhile: a bulk
+// job must never block Redis, whatever the backlog.
+func (b *bench) bulk(ctx context.Context) error {
+	b.rdb.FlushAll(ctx)
+	ns := b.namespace("bulk")
+	say("bulk: %d pending messages, then a bulk cancel of the ids starting %q ...", b.c.memory, ns+"-1")
+	if _, err := b.fill(ctx, ns, b.c.memory, time.Hour, time.Time{}); err != nil {
+		return err
+	}
+	st, err := shard.NewStore(b.rdb, ns)
+	if err != nil {
+		return err
+	}
+	f := shard.BulkFilter{Prefix: ns + "-1"}
+	b.rdb.SlowLogReset(ctx)
+	start := time.Now()
+	matched, err := st.CountMatching(ctx, shards, f)
+	if err != nil {
+		return err
+	}
+	r := &bulkResult{Messages: b.c.memory, Matched: matched, DryRun: time.Since(start).Seconds()}
+	start = time.Now()
+	p, err := st.BulkCancel(ctx, shards, f, matched, nil)
+	if err != nil {
+		return err
+	}
+	r.Cancel, r.Scanned = time.Since(start).Seconds(), p.Scanned
+	r.PerSec, r.ScanPerS = float64(p.Done)/r.Cancel, float64(p.Scanned)/r.Cancel
+	if p.Done != matched {
+		return fmt.Errorf("bulk: cancelled %d, the dry run counted %d", p.Done, matched)
+	}
+	logs, err := b.rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		return err
+	}
+	for _, l := range logs {
+		if l.Duration > 5*time.Millisecond {
+			r.SlowOver5++
+		}
+	}
+	b.res.Bulk = r
+	say("bulk: dry run %.2f s; cancelled %d of %d in %.2f s (%.0f/s, %.0f entries read/s); %d Redis commands over 5 ms",
+		r.DryRun, p.Done, r.Messages, r.Cancel, r.PerSec, r.ScanPerS, r.SlowOver5)
+	b.rdb.FlushAll(ctx)
+	return nil
 }
