@@ -77,7 +77,10 @@ func run(ctx context.Context, delayqBin string, orders, nScanners, m int, withCo
 	defer os.RemoveAll(dir)
 
 	say("starting Redis and RabbitMQ on 127.0.0.1 (temporary directories, free ports) ...")
-	rs, err := shardtest.StartRedis(shardtest.RedisOptions{})
+	// With the settings delayq asks for (README, Redis settings): an
+	// append-only file fsynced on every write, and noeviction (Redis's
+	// default), so the scanners start without a warning.
+	rs, err := shardtest.StartRedis(shardtest.RedisOptions{AOF: true})
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
