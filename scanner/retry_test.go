@@ -70,6 +70,33 @@ func TestRetrySchedule(t *testing.T) {
 	}
 }
 
+// TestRetryKeepsTheDeadline: a message with a maximum lateness and an
+// expiry time carries them as headers, and each retry step keeps them.
+func TestRetryKeepsTheDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2, scanner.Config{Goroutines: 2}, rabbit.URL)
+	expires := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	const id = "remind-with-deadline"
+	if _, err := f.prod.Enqueue(t.Context(), shard.Message{ID: id, Topic: "t", Retry: []time.Duration{100 * time.Millisecond},
+		ExpiresAt: expires, MaxLateness: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 2 {
+		shardtest.WaitFor(t, 10*time.Second, func() bool { return len(f.delivered(id)) > step },
+			func() string { return "no delivery for step " + strconv.Itoa(step) })
+		d := f.delivered(id)[step].raw
+		if d.Headers[shard.HeaderExpiresAt] != expires.UnixMilli() || d.Headers[shard.HeaderMaxLateness] != int64(30000) {
+			t.Fatalf("step %d carries %v", step, d.Headers)
+		}
+		if step == 0 {
+			if _, err := f.prod.Retry(t.Context(), shard.Delivery{MessageID: d.MessageId, Exchange: d.Exchange,
+				RoutingKey: d.RoutingKey, Headers: d.Headers, Body: d.Body}, "try later"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 func TestRetryScheduleValidation(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, 1, scanner.Config{Goroutines: 1}, rabbit.URL)

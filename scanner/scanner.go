@@ -579,7 +579,7 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (p
 	if !ok {
 		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
 	}
-	h := make(amqp.Table, len(env.Headers)+3)
+	h := make(amqp.Table, len(env.Headers)+5)
 	for _, kv := range env.Headers {
 		h[kv.Key] = kv.Value
 	}
@@ -587,6 +587,12 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (p
 	h[shard.HeaderAttempt] = int32(c.Attempt)
 	if expired { // its route publishes it all the same: say how late
 		h[shard.HeaderLateMs] = nowMs - c.DueMs
+	}
+	if env.ExpiresMs > 0 { // the deadline goes along, for a stepped retry
+		h[shard.HeaderExpiresAt] = env.ExpiresMs
+	}
+	if env.MaxLatenessMs > 0 {
+		h[shard.HeaderMaxLateness] = env.MaxLatenessMs
 	}
 	p := env.Properties
 	ts := p.Timestamp

@@ -140,6 +140,12 @@ const (
 	HeaderRetry = "x-delayq-retry"
 	// HeaderRetryStep: 0 for the original delivery, n for the n-th retry.
 	HeaderRetryStep = "x-delayq-retry-step"
+	// HeaderExpiresAt (int64) and HeaderMaxLateness (int64): a message's
+	// deadline (Message.ExpiresAt as unix ms, MaxLateness in ms), on the
+	// messages that have one, so that a stepped retry (Producer.Retry)
+	// keeps it; a producer sets them on the AMQP ingress.
+	HeaderExpiresAt   = "x-delayq-expires-at"
+	HeaderMaxLateness = "x-delayq-max-lateness"
 	// HeaderLateMs (int64): on a message claimed past its deadline whose
 	// route publishes it all the same (router.ExpiredPublish), how many ms
 	// after the time it was scheduled for it was claimed.

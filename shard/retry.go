@@ -96,6 +96,15 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
 	}
+	// The deadline goes on with the retries: an expiry time stays (a step
+	// due after it will be dead-lettered as expired when claimed), a
+	// maximum lateness applies to each step.
+	if ms, ok := headerMs(d.Headers[HeaderExpiresAt]); ok {
+		env.ExpiresMs = ms
+	}
+	if ms, ok := headerMs(d.Headers[HeaderMaxLateness]); ok {
+		env.MaxLatenessMs = ms
+	}
 	i, _, err := p.shardOf(ctx, d.MessageID)
 	if err != nil {
 		return RetryOutcome{}, fmt.Errorf("retry %q: %w", d.MessageID, err)
@@ -139,4 +148,31 @@ func withRetryHeaders(hs []Header, sched string, step int) []Header {
 	hs = append(hs, Header{Key: HeaderRetry, Value: sched}, Header{Key: HeaderRetryStep, Value: strconv.Itoa(step)})
 	slices.SortFunc(hs, func(a, b Header) int { return strings.Compare(a.Key, b.Key) })
 	return hs
+}
+
+// headerMs reads a positive whole number of ms from a header value of any
+// AMQP integer width (consumers in other languages publish what they got).
+func headerMs(v any) (int64, bool) {
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case int32:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int8:
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint8:
+		n = int64(x)
+	case int:
+		n = int64(x)
+	default:
+		return 0, false
+	}
+	return n, n > 0
 }

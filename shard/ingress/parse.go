@@ -27,10 +27,10 @@ const (
 	// HeaderExpiresAt: the latest useful time in unix ms; claimed after
 	// it, the message is dead-lettered as expired, never published
 	// (shard.Message.ExpiresAt).
-	HeaderExpiresAt = "x-delayq-expires-at"
+	HeaderExpiresAt = shard.HeaderExpiresAt
 	// HeaderMaxLateness: in ms, how late the message may still be
 	// published (shard.Message.MaxLateness).
-	HeaderMaxLateness = "x-delayq-max-lateness"
+	HeaderMaxLateness = shard.HeaderMaxLateness
 	// HeaderExchange: deliver to this exchange instead of the ingress's
 	// target (the routing key is still the one published with).
 	HeaderExchange = "x-delayq-exchange"
@@ -136,12 +136,18 @@ func Parse(d *amqp.Delivery, target string, maxBody int) (Request, error) {
 		}
 		// The delivery as the consumer received it: its retry headers
 		// are what Producer.Retry reads.
-		h := make(amqp.Table, len(headers)+2)
+		h := make(amqp.Table, len(headers)+4)
 		for k, v := range headers {
 			h[k] = v
 		}
 		h[shard.HeaderRetry] = ctl.retry
 		h[shard.HeaderRetryStep] = ctl.retryStep
+		if ctl.expiresAt != nil { // the deadline goes on with the retries
+			h[shard.HeaderExpiresAt] = *ctl.expiresAt
+		}
+		if ctl.maxLate != nil {
+			h[shard.HeaderMaxLateness] = *ctl.maxLate
+		}
 		return Request{Kind: Retry, Cause: *ctl.retryCause, Delivery: shard.Delivery{
 			MessageID: id, Exchange: exchange, RoutingKey: d.RoutingKey, Headers: h,
 			ContentType: d.ContentType, Properties: props, Body: d.Body,

@@ -253,6 +253,12 @@ func TestDeadlineHeaders(t *testing.T) {
 	if m := r.Message; !m.ExpiresAt.Equal(time.UnixMilli(1800000060000)) || m.MaxLateness != 2*time.Second {
 		t.Errorf("expires %v, max lateness %v", m.ExpiresAt, m.MaxLateness)
 	}
+	// A delivery published back for its next retry step keeps its deadline.
+	r, err = ingress.Parse(delivery(amqp.Table{shard.HeaderRetry: "15s", shard.HeaderRetryStep: "0",
+		ingress.HeaderRetryCause: "503", ingress.HeaderMaxLateness: int64(2000)}), "orders", 1024)
+	if err != nil || r.Kind != ingress.Retry || r.Delivery.Headers[shard.HeaderMaxLateness] != int64(2000) {
+		t.Errorf("a retry request with a deadline: %+v, %v", r, err)
+	}
 	for _, h := range []amqp.Table{{ingress.HeaderMaxLateness: int32(0)}, {ingress.HeaderMaxLateness: "soon"},
 		{ingress.HeaderExpiresAt: int64(-5)}} {
 		_, err := ingress.Parse(delivery(h), "orders", 1024)
