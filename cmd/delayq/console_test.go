@@ -83,7 +83,10 @@ func browser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	// The whole walk through the console, under the load of the other
+	// test packages: each step waits on its own condition, this bounds
+	// them all.
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	return ctx
 }
