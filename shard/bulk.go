@@ -205,20 +205,21 @@ func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, de
 		return BulkProgress{}, err
 	}
 	job := f.rescheduleJob(mode, ms)
-	due, err := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "due").Int64()
-	state, _ := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "state").Result()
-	if err != nil || state == "done" { // a new job: fix its time now
-		if errors.Is(err, redis.Nil) || err == nil {
-			due = ms
-			if mode == "delay" {
-				now, err := s.RedisNow(ctx)
-				if err != nil {
-					return BulkProgress{}, err
-				}
-				due = now + ms
+	rec, err := s.rdb.HMGet(ctx, BulkJobKey(s.ns, job), "state", "due").Result()
+	if err != nil {
+		return BulkProgress{}, fmt.Errorf("bulk reschedule: %w", err)
+	}
+	state, _ := rec[0].(string)
+	dueText, _ := rec[1].(string)
+	due, err := strconv.ParseInt(dueText, 10, 64)
+	if state == "" || state == "done" || err != nil { // a new job: fix its time now
+		due = ms
+		if mode == "delay" {
+			now, err := s.RedisNow(ctx)
+			if err != nil {
+				return BulkProgress{}, err
 			}
-		} else {
-			return BulkProgress{}, fmt.Errorf("bulk reschedule: %w", err)
+			due = now + ms
 		}
 	}
 	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {

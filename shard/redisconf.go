@@ -190,30 +190,35 @@ func serverAddr(ctx context.Context, c *redis.Client, fallback string) string {
 	return fallback
 }
 
+// readRedisServer reads one server's settings in one round trip (a
+// pipeline of INFO and two CONFIG GETs, each allowed to be refused).
 func readRedisServer(ctx context.Context, c *redis.Client, addr string) (RedisServer, error) {
 	r := RedisServer{Addr: addr}
-	info, err := c.Info(ctx, "memory", "persistence").Result()
-	if isNoPerm(err) {
-		return r, nil
+	var info *redis.StringCmd
+	var fsync, save *redis.MapStringStringCmd
+	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error { // each command's error is read below
+		info = p.Info(ctx, "memory", "persistence")
+		fsync = p.ConfigGet(ctx, "appendfsync")
+		save = p.ConfigGet(ctx, "save")
+		return nil
+	})
+	refused := func(err error) bool { return isNoPerm(err) || isUnknownCommand(err) }
+	for _, cmd := range []redis.Cmder{info, fsync, save} {
+		if err := cmd.Err(); err != nil && !refused(err) {
+			return r, err // Redis unreachable, not a refusal
+		}
 	}
-	if err != nil {
-		return r, err
+	if info.Err() != nil {
+		return r, nil // INFO refused: nothing known
 	}
-	fields := infoFields(info)
+	fields := infoFields(info.Val())
 	r.Known = true
 	r.Policy = fields["maxmemory_policy"]
 	r.MaxMemory, _ = strconv.ParseInt(fields["maxmemory"], 10, 64)
 	r.UsedMemory, _ = strconv.ParseInt(fields["used_memory"], 10, 64)
 	r.AOF = fields["aof_enabled"] == "1"
-	conf, err := c.ConfigGet(ctx, "appendfsync").Result()
-	if err == nil {
-		var save map[string]string
-		if save, err = c.ConfigGet(ctx, "save").Result(); err == nil {
-			r.ConfigKnown, r.AppendFsync, r.Save = true, conf["appendfsync"], save["save"]
-		}
-	}
-	if err != nil && !isNoPerm(err) && !isUnknownCommand(err) {
-		return r, err
+	if fsync.Err() == nil && save.Err() == nil {
+		r.ConfigKnown, r.AppendFsync, r.Save = true, fsync.Val()["appendfsync"], save.Val()["save"]
 	}
 	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,10 +100,10 @@ func (p *Producer) Retry(ctx context.Context, d Delivery, cause string) (RetryOu
 	// The deadline goes on with the retries: an expiry time stays (a step
 	// due after it will be dead-lettered as expired when claimed), a
 	// maximum lateness applies to each step.
-	if ms, ok := headerMs(d.Headers[HeaderExpiresAt]); ok {
+	if ms, err := HeaderMillis(d.Headers[HeaderExpiresAt]); err == nil && ms > 0 {
 		env.ExpiresMs = ms
 	}
-	if ms, ok := headerMs(d.Headers[HeaderMaxLateness]); ok {
+	if ms, err := HeaderMillis(d.Headers[HeaderMaxLateness]); err == nil && ms > 0 {
 		env.MaxLatenessMs = ms
 	}
 	i, _, err := p.shardOf(ctx, d.MessageID)
@@ -150,29 +151,48 @@ func withRetryHeaders(hs []Header, sched string, step int) []Header {
 	return hs
 }
 
-// headerMs reads a positive whole number of ms from a header value of any
-// AMQP integer width (consumers in other languages publish what they got).
-func headerMs(v any) (int64, bool) {
-	var n int64
+// HeaderMillis reads a number of ms (a delay, a unix time) from a header
+// value as AMQP clients send it: an integer of any width, a numeric string
+// (as the delayed-message plugin accepts), or a finite float, taken to the
+// millisecond.
+func HeaderMillis(v any) (int64, error) {
 	switch x := v.(type) {
-	case int64:
-		n = x
-	case int32:
-		n = int64(x)
-	case int16:
-		n = int64(x)
 	case int8:
-		n = int64(x)
-	case uint32:
-		n = int64(x)
-	case uint16:
-		n = int64(x)
+		return int64(x), nil
 	case uint8:
-		n = int64(x)
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case int64:
+		return x, nil
 	case int:
-		n = int64(x)
-	default:
-		return 0, false
+		return int64(x), nil
+	case float32:
+		return floatMillis(float64(x))
+	case float64:
+		return floatMillis(x)
+	case string:
+		s := strings.TrimSpace(x)
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return n, nil
+		}
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
+			return floatMillis(f)
+		}
+		return 0, fmt.Errorf("%q is not a number of milliseconds", x)
 	}
-	return n, n > 0
+	return 0, errors.New("not a number of milliseconds")
+}
+
+func floatMillis(f float64) (int64, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > float64(math.MaxInt64/2) {
+		return 0, fmt.Errorf("%v is not a number of milliseconds", f)
+	}
+	return int64(math.Floor(f)), nil
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
@@ -257,19 +255,19 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 		}
 		switch k {
 		case HeaderDelay:
-			ms, err := millis(v)
+			ms, err := shard.HeaderMillis(v)
 			if err != nil {
 				return nil, reject(ReasonDelay, "%s = %s: %v", k, shard.FormatValue(v), err)
 			}
 			c.delay = &ms
 		case HeaderAt:
-			ms, err := millis(v)
+			ms, err := shard.HeaderMillis(v)
 			if err != nil {
 				return nil, reject(ReasonDelay, "%s = %s: %v", k, shard.FormatValue(v), err)
 			}
 			c.at = &ms
 		case HeaderExpiresAt, HeaderMaxLateness:
-			ms, err := millis(v)
+			ms, err := shard.HeaderMillis(v)
 			if err == nil && ms <= 0 {
 				err = fmt.Errorf("%d is not a positive number of milliseconds", ms)
 			}
@@ -315,50 +313,6 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 		c.retryStep = "0"
 	}
 	return out, nil
-}
-
-// millis reads a time in ms from a header value: an integer of any AMQP
-// width, a numeric string (as the plugin accepts), or a finite float.
-func millis(v any) (int64, error) {
-	switch x := v.(type) {
-	case int8:
-		return int64(x), nil
-	case uint8:
-		return int64(x), nil
-	case int16:
-		return int64(x), nil
-	case uint16:
-		return int64(x), nil
-	case int32:
-		return int64(x), nil
-	case uint32:
-		return int64(x), nil
-	case int64:
-		return x, nil
-	case int:
-		return int64(x), nil
-	case float32:
-		return floatMillis(float64(x))
-	case float64:
-		return floatMillis(x)
-	case string:
-		s := strings.TrimSpace(x)
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return n, nil
-		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
-			return floatMillis(f)
-		}
-		return 0, fmt.Errorf("%q is not a number of milliseconds", x)
-	}
-	return 0, errors.New("not a number of milliseconds")
-}
-
-func floatMillis(f float64) (int64, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > float64(math.MaxInt64/2) {
-		return 0, fmt.Errorf("%v is not a number of milliseconds", f)
-	}
-	return int64(math.Floor(f)), nil
 }
 
 // newID makes an id for a message published without a message_id.
