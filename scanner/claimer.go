@@ -32,6 +32,7 @@ type claimer struct {
 	k     int
 	lease time.Duration
 	reqs  chan claimRequest
+	hold  func() []string // the topics under flow control, which claims set apart
 }
 
 type claimRequest struct {
@@ -44,8 +45,8 @@ type claimReply struct {
 	err error
 }
 
-func newClaimer(store *shard.Store, k int, lease time.Duration) *claimer {
-	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline)}
+func newClaimer(store *shard.Store, k int, lease time.Duration, hold func() []string) *claimer {
+	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline), hold: hold}
 }
 
 // claim asks for a claim on shard i and waits for its outcome; reply is
@@ -85,7 +86,7 @@ func (c *claimer) run(life, workCtx context.Context) {
 		for _, r := range batch {
 			shards = append(shards, r.shard)
 		}
-		res, errs := c.store.ClaimShards(workCtx, shards, c.k, c.lease)
+		res, errs := c.store.ClaimHolding(workCtx, shards, c.k, c.lease, c.hold())
 		for j, r := range batch {
 			r.reply <- claimReply{res: res[j], err: errs[j]}
 		}

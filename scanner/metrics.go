@@ -36,6 +36,13 @@ type Metrics struct {
 	ClaimLateness prometheus.Histogram
 	ClaimTime     prometheus.Histogram
 	ConfirmTime   prometheus.Histogram // publish to confirm
+	// FlowReleased counts held messages the releaser let go, by topic;
+	// FlowLateness is their confirm time minus due time: the lateness
+	// their topic's limit or pause chose, kept out of Lateness and
+	// ClaimLateness so that the fleet's lateness alert does not fire for
+	// it. The topic label takes only topics with a flow.
+	FlowReleased *prometheus.CounterVec
+	FlowLateness *prometheus.HistogramVec
 }
 
 // Dead-letter reasons, the values of the reason label.
@@ -76,12 +83,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			prometheus.ExponentialBuckets(.0001, 2.5, 12)),
 		ConfirmTime: latency("publish_confirm_seconds", "Time from publish to the broker's confirm.",
 			prometheus.ExponentialBuckets(.0001, 2.5, 14)),
+		FlowReleased: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "flow_released_total",
+			Help: "Held messages of a topic under flow control released at its limit."}, []string{"topic"}),
+		FlowLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "delayq", Name: "flow_lateness_seconds",
+			Help:    "Broker confirm time minus due time of messages held by their topic's limit or pause.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400}}, []string{"topic"}),
 	}
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
 	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.EmptyClaims, m.Dead,
-		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime)
+		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
 	return m
 }
 

@@ -191,6 +191,7 @@ type Scanner struct {
 	queue  chan sent           // published messages waiting for their confirms
 	acks   *ackBatcher
 	claims *claimer
+	flow   *flowControl // flow control at release (flow.go)
 
 	mu       sync.Mutex
 	state    int      // notStarted, running, stopped
@@ -250,7 +251,8 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), aff: newAffinity(), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: semaphore.NewWeighted(int64(cfg.Window)), queue: make(chan sent, cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
-	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease)
+	s.flow = newFlowControl()
+	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics)
 	return s, nil
 }
 
@@ -272,6 +274,7 @@ func (s *Scanner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.readFlows(ctx) // the first claims already set limited and paused topics apart
 	s.state = running
 	// The loops live until Stop (each stage's own context, not ctx); the
 	// Redis and AMQP calls of a claim, publish, settle or ack under way
@@ -300,6 +303,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 	}
 	st, claimCtx := life("claims")
 	st.wg.Go(func() { s.board.run(claimCtx, s.cfg.PatrolInterval) })
+	st.wg.Go(func() { s.refreshFlows(claimCtx) })
+	st.wg.Go(func() { s.releaseHeld(claimCtx, workCtx) })
 	for range s.cfg.Goroutines {
 		st.wg.Go(func() { s.work(claimCtx, workCtx) })
 	}
@@ -312,8 +317,9 @@ func (s *Scanner) Start(ctx context.Context) error {
 // Stop ends the stages Start began, the last started first, each once
 // the one before has returned:
 //
-//  1. claims: no worker starts a new claim; workers finish publishing
-//     what they claimed and exit, and so does the due board's dispatcher;
+//  1. claims: no worker starts a new claim, nor the releaser of held
+//     messages; they finish publishing what they claimed and exit, and
+//     so do the due board's dispatcher and the flows' reader;
 //  2. claimer: it has answered every claim it took;
 //  3. settlers: no more publishes, so they wait for the outstanding
 //     confirms, settle each message (dead-letter, release, or queue its
@@ -487,6 +493,9 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			s.board.observe(i, res.LeaseHeadMs, res.NowMs, sent, s.d.Now())
 		}
 		s.d.Metrics.Reaped.Add(float64(res.Reaped))
+		if res.Held > 0 {
+			s.flow.heldIn(i)
+		}
 		if len(res.Msgs) == 0 {
 			if res.Reaped == 0 {
 				s.d.Metrics.EmptyClaims.Inc()
@@ -497,7 +506,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
 		}
 		total += len(res.Msgs)
-		s.deliver(workCtx, i, res.NowMs, res.Msgs)
+		s.deliver(workCtx, i, res.NowMs, res.Msgs, "")
 		// The claim read one entry past its batch: the new head. When it
 		// is not due yet (or the shard is empty), and no more leases have
 		// expired, another claim would come back empty.
@@ -508,7 +517,8 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 	return total, false, nil
 }
 
-// deliver publishes a claimed batch of shard i and hands each message to
+// deliver publishes a claimed batch of shard i (held messages of topic
+// held, released by the releaser; "" for a claim's) and hands each message to
 // the settlers, which wait for its confirm; it returns once the batch is
 // published, so the worker can claim again while confirms are under way.
 // Each message holds a place in the window (taken before the claim) until
@@ -517,7 +527,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 // claim's Redis clock, among others) is dead-lettered, one that cannot be
 // published now is released. What cannot be settled (Redis unreachable,
 // shutdown deadline) stays leased and comes back.
-func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed) {
+func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed, held string) {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -540,7 +550,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 			s.window.Release(1)
 			continue
 		}
-		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now()}
+		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now(), held: held}
 	}
 }
 

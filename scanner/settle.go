@@ -17,6 +17,7 @@ type sent struct {
 	confirm   *publisher.Confirm
 	deadline  time.Time // publish + confirm must be done by then, else release
 	published time.Time
+	held      string // the topic whose releaser let it go, "" when a claim took it
 }
 
 // settle waits for confirms and settles each message: ack (batched) on
@@ -52,7 +53,12 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 			now := time.Now()
 			s.d.Metrics.Published.Inc()
 			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
-			s.d.Metrics.Lateness.Observe(max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds()))
+			late := max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds())
+			if m.held == "" {
+				s.d.Metrics.Lateness.Observe(late)
+			} else { // the lateness its topic's limit or pause chose: apart
+				s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
+			}
 			if m.c.Attempt > 1 {
 				s.d.Metrics.Redelivered.Inc()
 			}

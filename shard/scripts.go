@@ -186,6 +186,32 @@ local function forget_scheduled(key, id)
 end
 `
 
+// reapExpired is the reaper every claim starts with (claimScript,
+// claimHoldScript): when the earliest lease of KEYS[3] (inflight) has
+// expired, up to r expired leases go back to KEYS[1] (due) at the time
+// they were scheduled for, their redelivery count in KEYS[4] (attempts)
+// raised. It returns how many it re-queued and the shard's lease head
+// after ({deadline, ...} of ZRANGE WITHSCORES, empty if none).
+const reapExpired = `
+local function reap(r)
+  local lh = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
+  if #lh == 0 or tonumber(lh[2]) > now then return 0, lh end
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', '0', r)
+  local metas = redis.call('HMGET', KEYS[4], unpack(expired))
+  local back, upd = {}, {}
+  for j, id in ipairs(expired) do
+    local a, s, rf = meta_of(metas[j])
+    s = s or now -- leased by an older version, which kept no scheduled time
+    back[2 * j - 1], back[2 * j] = s, id
+    upd[2 * j - 1], upd[2 * j] = id, meta(a + 1, s, rf)
+  end
+  redis.call('ZREM', KEYS[3], unpack(expired))
+  redis.call('ZADD', KEYS[1], unpack(back))
+  redis.call('HSET', KEYS[4], unpack(upd))
+  return #expired, redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
+end
+`
+
 // claimScript is the heart of delayq: the atomic claim.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
@@ -220,26 +246,9 @@ end
 // message was scheduled for; attempts counts earlier deliveries (0 on the
 // first).
 // Complexity: O(log N + (k + r) log N).
-var claimScript = redis.NewScript(nowMs + metaOf + `
-local k, r = tonumber(ARGV[1]), tonumber(ARGV[3])
-local reaped = 0
-local lh = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
-if #lh > 0 and tonumber(lh[2]) <= now then
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', '0', r)
-  reaped = #expired
-  local metas = redis.call('HMGET', KEYS[4], unpack(expired))
-  local back, upd = {}, {}
-  for j, id in ipairs(expired) do
-    local a, s, rf = meta_of(metas[j])
-    s = s or now -- leased by an older version, which kept no scheduled time
-    back[2 * j - 1], back[2 * j] = s, id
-    upd[2 * j - 1], upd[2 * j] = id, meta(a + 1, s, rf)
-  end
-  redis.call('ZREM', KEYS[3], unpack(expired))
-  redis.call('ZADD', KEYS[1], unpack(back))
-  redis.call('HSET', KEYS[4], unpack(upd))
-  lh = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
-end
+var claimScript = redis.NewScript(nowMs + metaOf + reapExpired + `
+local k = tonumber(ARGV[1])
+local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1}
 if #lh > 0 then out[4] = tonumber(lh[2]) end
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', ARGV[4])
@@ -838,5 +847,6 @@ var allScripts = []*redis.Script{heartbeatScript,
 	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
-	bulkCancelScript, bulkRescheduleScript,
+	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,
+	flowForgetScript, cancelHeldScript,
 }

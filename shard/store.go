@@ -85,7 +85,10 @@ type ClaimResult struct {
 	// At most NowMs when more leases expired than this claim re-queued.
 	LeaseHeadMs int64
 	Reaped      int // expired leases re-queued by this call
-	Msgs        []Claimed
+	// Held is how many due messages of topics under flow control this
+	// claim set apart for their releasers (ClaimHolding).
+	Held int
+	Msgs []Claimed
 }
 
 // NextWorkMs is when the shard next has work for a claim: the earlier of
@@ -123,6 +126,15 @@ func (s *Store) Claim(ctx context.Context, i, k int, lease time.Duration) (Claim
 // may appear more than once. On a lost connection, claims that ran but
 // whose replies were lost stay leased and come back when the lease expires.
 func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time.Duration) ([]ClaimResult, []error) {
+	return s.ClaimHolding(ctx, shards, k, lease, nil)
+}
+
+// ClaimHolding is ClaimShards in a namespace with topics under flow
+// control (limited or paused): each claim sets the due messages of those
+// topics apart in their held sets (HeldKey), up to 128 a claim, and claims
+// the others, so that a topic that waits never blocks the messages behind
+// it. With no topics it is ClaimShards, at the same cost.
+func (s *Store) ClaimHolding(ctx context.Context, shards []int, k int, lease time.Duration, topics []string) ([]ClaimResult, []error) {
 	res, errs := make([]ClaimResult, len(shards)), make([]error, len(shards))
 	if k < 1 {
 		for j, i := range shards {
@@ -133,7 +145,16 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 	calls := make([]call, len(shards))
 	for j, i := range shards {
 		ks := ShardKeys(s.ns, i)
-		calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap, k + 1}}
+		if len(topics) == 0 {
+			calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap, k + 1}}
+			continue
+		}
+		keys := append(make([]string, 0, 4+len(topics)), ks.Due, ks.Msg, ks.Inflight, ks.Attempts)
+		args := append(make([]any, 0, 5+len(topics)), k, lease.Milliseconds(), MaxReap, maxHoldPerClaim, len(topics))
+		for _, t := range topics {
+			keys, args = append(keys, HeldKey(s.ns, i, t)), append(args, t)
+		}
+		calls[j] = call{claimHoldScript, keys, args}
 	}
 	for j, c := range s.run(ctx, calls...) {
 		v, err := c.Slice()
@@ -141,35 +162,53 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 			errs[j] = fmt.Errorf("claim shard %d: %w", shards[j], err)
 			continue
 		}
-		res[j], errs[j] = parseClaim(shards[j], v)
+		if len(topics) == 0 {
+			res[j], errs[j] = parseClaim(shards[j], v, 4)
+		} else {
+			res[j], errs[j] = parseClaim(shards[j], v, 5)
+		}
 	}
 	return res, errs
 }
 
-// parseClaim decodes the claim script's reply for shard i.
-func parseClaim(i int, v []any) (ClaimResult, error) {
+// parseClaim decodes the claim script's reply for shard i: o = 4 fields
+// before the messages, or 5 from claimHoldScript (the fifth: how many it
+// set apart).
+func parseClaim(i int, v []any, o int) (ClaimResult, error) {
 	var res ClaimResult
 	r := reply{v: v, what: "claim reply"}
-	if len(v) < 4 || (len(v)-4)%5 != 0 {
+	if len(v) < o || (len(v)-o)%5 != 0 {
 		return res, fmt.Errorf("claim shard %d: unexpected reply of %d fields", i, len(v))
 	}
 	res.NowMs, res.HeadMs, res.Reaped, res.LeaseHeadMs = r.int(0), r.int(1), int(r.int(2)), r.int(3)
-	if n := (len(v) - 4) / 5; n > 0 {
-		res.Msgs = make([]Claimed, n)
-		for j := range res.Msgs {
-			o := 4 + 5*j
-			res.Msgs[j] = Claimed{
-				Lease:    Lease{ID: r.str(o), Token: r.int(o + 1)},
-				DueMs:    r.int(o + 2),
-				Envelope: r.optBytes(o + 3),
-				Attempt:  int(r.int(o+4)) + 1,
-			}
-		}
+	if o == 5 {
+		res.Held = int(r.int(4))
 	}
+	res.Msgs = parseClaimed(&r, v, o)
 	if r.err != nil {
 		return ClaimResult{}, fmt.Errorf("claim shard %d: %w", i, r.err)
 	}
 	return res, nil
+}
+
+// parseClaimed decodes the five fields a claim gives each message it
+// leased, from v[o] on.
+func parseClaimed(r *reply, v []any, o int) []Claimed {
+	n := (len(v) - o) / 5
+	if n == 0 {
+		return nil
+	}
+	msgs := make([]Claimed, n)
+	for j := range msgs {
+		p := o + 5*j
+		msgs[j] = Claimed{
+			Lease:    Lease{ID: r.str(p), Token: r.int(p + 1)},
+			DueMs:    r.int(p + 2),
+			Envelope: r.optBytes(p + 3),
+			Attempt:  int(r.int(p+4)) + 1,
+		}
+	}
+	return msgs
 }
 
 // Ack ends the life of confirmed messages of shard i and returns how many
@@ -380,6 +419,12 @@ func (s *Store) CancelAhead(ctx context.Context, i int, id string, window time.D
 	case err != nil:
 		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
 	case n == 0:
+		// Not in the due set: it may wait in its topic's held set.
+		if _, held, err := s.changeHeld(ctx, i, id, "cancel", 0); err != nil {
+			return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
+		} else if held {
+			return nil
+		}
 		return fmt.Errorf("cancel %q: %w", id, ErrNotFound)
 	case n == -1:
 		return fmt.Errorf("cancel %q: %w", id, ErrInFlight)
@@ -405,6 +450,11 @@ func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64
 	case r.err != nil:
 		return 0, fmt.Errorf("reschedule %q: %w", id, r.err)
 	case status == 0:
+		if due, held, err := s.changeHeld(ctx, i, id, mode, ms); err != nil {
+			return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
+		} else if held {
+			return due, nil
+		}
 		return 0, fmt.Errorf("reschedule %q: %w", id, ErrNotFound)
 	case status == -1:
 		return 0, fmt.Errorf("reschedule %q: %w", id, ErrInFlight)
@@ -420,7 +470,10 @@ const (
 	StateScheduled State = "scheduled"
 	StateInFlight  State = "inflight"
 	StateDead      State = "dead"
-	StateUnknown   State = "unknown" // never enqueued, or delivered, or cancelled
+	// StateHeld: due, and waiting for its topic's rate limit or pause to
+	// let it go (flow control at release).
+	StateHeld    State = "held"
+	StateUnknown State = "unknown" // never enqueued, or delivered, or cancelled
 )
 
 // Info is what Inspect knows about a message.
@@ -471,6 +524,18 @@ func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 	info.Reason = string(r.optBytes(6))
 	if r.err != nil {
 		return Info{}, fmt.Errorf("inspect %q: %w", id, r.err)
+	}
+	if info.State == StateUnknown && info.Envelope != nil && info.Envelope.Topic != "" {
+		due, err := s.rdb.ZScore(ctx, HeldKey(s.ns, i, info.Envelope.Topic), id).Result()
+		switch {
+		case err == nil:
+			info.State, info.At = StateHeld, time.UnixMilli(int64(due))
+			if info.Scheduled.IsZero() {
+				info.Scheduled = info.At
+			}
+		case !errors.Is(err, redis.Nil):
+			return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
+		}
 	}
 	return info, nil
 }
