@@ -3,8 +3,8 @@ package scanner_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +112,6 @@ func TestRateLimitHoldsForTheFleet(t *testing.T) {
 		t.Errorf("the limited topic drained in %s, want 9.9 to 11 s", d)
 	}
 }
-
 
 // TestPauseHoldsOneTopic: a paused topic publishes nothing while other
 // topics flow on time; resumed, it drains at its limit; a pause until a

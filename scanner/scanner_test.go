@@ -128,7 +128,7 @@ func startScanner(t testing.TB, f *fleet, cfg scanner.Config, amqpURL string, st
 	}
 	t.Cleanup(func() { _ = pub.Close() })
 	routes, _ := router.New("", map[string]router.Destination{"t": {Exchange: f.exchange, RoutingKey: "rk"},
-		"u": {Exchange: f.exchange, RoutingKey: "rk"},
+		"u":       {Exchange: f.exchange, RoutingKey: "rk"},
 		"late-ok": {Exchange: f.exchange, RoutingKey: "rk", Expired: router.ExpiredPublish}})
 	metrics := scanner.NewMetrics(prometheus.NewRegistry())
 	rdb := redisSrv.Client(t)
