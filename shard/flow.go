@@ -111,9 +111,9 @@ func (f Flow) String() string {
 func ValidateFlowTopic(topic string) error {
 	switch {
 	case topic == "" || strings.TrimSpace(topic) != topic:
-		return fmt.Errorf("topic %q: want a non-empty name without surrounding spaces", topic)
-	case len(topic) > 255 || !utf8.ValidString(topic):
-		return fmt.Errorf("topic %q: want valid UTF-8 of at most 255 bytes", topic)
+		return invalid("topic", "%q: want a non-empty name without surrounding spaces", topic)
+	case len(topic) > MaxNameLen || !utf8.ValidString(topic):
+		return invalid("topic", "%q: want valid UTF-8 of at most %d bytes", topic, MaxNameLen)
 	}
 	return nil
 }
@@ -122,11 +122,11 @@ func ValidateFlowTopic(topic string) error {
 func ValidateLimit(rate float64, burst int) error {
 	switch {
 	case math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0 || rate > MaxFlowRate:
-		return fmt.Errorf("rate %v: want messages a second, from 0 (no limit) to %d", rate, MaxFlowRate)
+		return invalid("rate", "%v: want messages a second, from 0 (no limit) to %d", rate, MaxFlowRate)
 	case rate > 0 && rate < 0.001:
-		return fmt.Errorf("rate %v: want at least 0.001 a second, or 0 for no limit", rate)
+		return invalid("rate", "%v: want at least 0.001 a second, or 0 for no limit", rate)
 	case burst < 0 || burst > MaxFlowBurst:
-		return fmt.Errorf("burst %d: want 0 to %d messages", burst, MaxFlowBurst)
+		return invalid("burst", "%d: want 0 to %d messages", burst, MaxFlowBurst)
 	}
 	return nil
 }
@@ -150,12 +150,15 @@ func ParseRate(s string) (float64, error) {
 		}
 	}
 	r, err := strconv.ParseFloat(t, 64)
-	if err != nil {
-		return 0, fmt.Errorf("rate %q: want a number of messages a second (200, 0.5, 200/s, 30/m, 100/h) or none", s)
+	if err != nil || math.IsNaN(r) || math.IsInf(r, 0) {
+		return 0, invalid("rate", "%q: want a number of messages a second (200, 0.5, 200/s, 30/m, 100/h) or none", s)
+	}
+	if r < 0 {
+		return 0, invalid("rate", "%q: want 0 (no limit) or more", s)
 	}
 	r /= per
 	if err := ValidateLimit(r, 0); err != nil {
-		return 0, fmt.Errorf("rate %q: %w", s, err)
+		return 0, err
 	}
 	return r, nil
 }
@@ -244,7 +247,7 @@ func (s *Store) Flow(ctx context.Context, topic string) (f Flow, ok bool, err er
 // who).
 func (s *Store) SetLimit(ctx context.Context, topic string, rate float64, burst int, source string) (Flow, error) {
 	if err := ValidateLimit(rate, burst); err != nil {
-		return Flow{}, fmt.Errorf("limit of topic %q: %w", topic, err)
+		return Flow{}, err
 	}
 	f, _, err := s.setFlow(ctx, topic, "limit", rate, burst, 0, source)
 	return f, err
@@ -299,8 +302,8 @@ func (s *Store) setFlow(ctx context.Context, topic, op string, rate float64, bur
 	}
 	status := r.int(0)
 	if status == -1 {
-		return Flow{}, false, fmt.Errorf("pause topic %q until %s: %w (Redis clock %s)", topic,
-			time.UnixMilli(untilMs).UTC().Format(time.RFC3339Nano), ErrPauseOver, time.UnixMilli(r.int(1)).UTC().Format(time.RFC3339Nano))
+		return Flow{}, false, fmt.Errorf("%w: %w", &InvalidError{Field: "until", Reason: fmt.Sprintf("%s has passed (Redis clock %s)",
+			time.UnixMilli(untilMs).UTC().Format(time.RFC3339Nano), time.UnixMilli(r.int(1)).UTC().Format(time.RFC3339Nano))}, ErrPauseOver)
 	}
 	raw := r.str(1)
 	if r.err != nil {

@@ -51,7 +51,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		scanCommand(), enqueueCommand(), cancelCommand(), listCommand(), clearCommand(), rescheduleCommand(),
-		inspectCommand(), statsCommand(), shardsCommand(), deadCommand(), serveCommand(),
+		inspectCommand(), statsCommand(), flowCommand(), shardsCommand(), deadCommand(), serveCommand(),
 	}
 }
 

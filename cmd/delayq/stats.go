@@ -134,6 +134,16 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 		return v, err
 	}
 	v.Redis = httpapi.RedisStatsOf(servers)
+	sts, err := st.FlowStatuses(ctx, n)
+	if sts == nil && err != nil {
+		return v, err
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "delayq stats: %v\n", err)
+	}
+	for _, s := range sts {
+		v.Flows = append(v.Flows, httpapi.FlowOf(s))
+	}
 	return v, nil
 }
 
@@ -152,6 +162,13 @@ func printStats(e *env, v statsView) {
 	_ = tw.Flush()
 	for _, r := range v.Redis {
 		fmt.Fprintf(e.stdout, "redis %s: %s\n", r.Master, redisLine(r))
+	}
+	for _, f := range v.Flows {
+		fmt.Fprintf(e.stdout, "flow %s: %s; %d held back", f.Topic, f.Summary, f.Held)
+		if f.Held > 0 {
+			fmt.Fprintf(e.stdout, ", the oldest for %s", time.Duration(f.OldestSec*float64(time.Second)).Round(time.Millisecond))
+		}
+		fmt.Fprintln(e.stdout)
 	}
 }
 

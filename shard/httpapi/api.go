@@ -98,6 +98,10 @@ func New(o Options) *API {
 	a.handle("POST /v1/bulk/cancel", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "cancel") })
 	a.handle("POST /v1/bulk/reschedule", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "reschedule") })
 	a.handle("GET /v1/bulk/{job}", RoleRead, a.bulkStatus)
+	a.handle("GET /v1/flows", RoleRead, a.flows)
+	a.handle("PUT /v1/flows/{topic}", RoleAdmin, a.changeFlowHandler("limit"))
+	a.handle("POST /v1/flows/{topic}/pause", RoleAdmin, a.changeFlowHandler("pause"))
+	a.handle("POST /v1/flows/{topic}/resume", RoleAdmin, a.changeFlowHandler("resume"))
 	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
@@ -579,6 +583,9 @@ type Stats struct {
 	Shards    []ShardStats `json:"shards"`
 	Total     ShardStats   `json:"total"`
 	Redis     []RedisStats `json:"redis,omitempty"`
+	// Flows are the topics under flow control, with what each holds back
+	// (held messages are not in the shards' due counts).
+	Flows []Flow `json:"flows,omitempty"`
 }
 
 // RedisStats is what decides whether a Redis master can take more
@@ -645,6 +652,9 @@ func (a *API) ReadStats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	v.Redis = RedisStatsOf(servers)
+	if v.Flows, err = a.ReadFlows(ctx); err != nil {
+		return Stats{}, err
+	}
 	return v, nil
 }
 
