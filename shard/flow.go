@@ -332,6 +332,7 @@ func (s *Store) ForgetFlow(ctx context.Context, f Flow, nowMs int64) (bool, erro
 type Grant struct {
 	N     int           // messages it may release now
 	Wait  time.Duration // when N is 0: how long until one could be granted; -1 paused until resumed
+	AtMs  int64         // the Redis clock of the grant
 	entry string        // the grant's log entry, for Refund
 }
 
@@ -348,7 +349,7 @@ func (s *Store) TakeGrant(ctx context.Context, f Flow, want int) (Grant, error) 
 	if len(v) != 3 {
 		return Grant{}, fmt.Errorf("grant for topic %q: unexpected reply of %d fields", f.Topic, len(v))
 	}
-	g := Grant{N: int(r.int(0))}
+	g := Grant{N: int(r.int(0)), AtMs: r.int(2)}
 	if w := r.int(1); w < 0 {
 		g.Wait = -1
 	} else {
