@@ -73,6 +73,18 @@
 // treats that as work due then, so the messages of a crashed scanner come
 // back when their lease expires, not when a patrol happens by.
 //
+// # Flow control at release
+//
+// In a namespace with limited or paused topics (shard.Flow), the claims
+// set those topics' due messages apart in their held sets, so the rest
+// flows on time (no head-of-line blocking). Two more goroutines of the
+// claims stage serve them (flow.go): one reads the flows every 250 ms,
+// and the releaser takes grants from each topic's bucket for the whole
+// fleet and claims that many held messages, earliest first, publishing
+// them as a worker does. Their lateness is delayq_flow_lateness_seconds,
+// by topic, kept out of the fleet's lateness histograms, so the fleet's
+// lateness alert does not fire for a limit the operator chose.
+//
 // # Guarantees
 //
 //   - Never early: the claim script compares due times with Redis TIME.

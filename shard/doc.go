@@ -93,43 +93,53 @@
 //     the Store waits for replicas (WithReplicas: Redis WAIT after every
 //     acknowledged write, ErrNotReplicated when too few confirm).
 //
-// # Flow control at release: the design (not built yet)
+// # Flow control at release
 //
-// Per-topic rate limits and pauses will work as follows; what is built so
-// far is deadlines (Message.ExpiresAt, MaxLateness) and bulk cancel and
-// reschedule by filter (BulkCancel, BulkReschedule).
+// A topic may have a rate limit (messages a second for the whole fleet,
+// and a burst) and a pause (until resumed, or until a time): its Flow,
+// kept in the namespace's HASH delayq:{ns}:flow (FlowKey) and changed
+// only by SetLimit, SetRoutesLimit, Pause and Resume. Every scanner
+// process reads it every 250 ms, so a change reaches every claim within
+// that time. Deadlines (Message.ExpiresAt, MaxLateness) and bulk cancel
+// and reschedule by filter (BulkCancel, BulkReschedule) are the other
+// parts of flow control.
 //
-// A topic's flow (rate, burst, paused until) lives in the namespace's
-// HASH delayq:{ns}:flow, read by every scanner process every 500 ms and
-// on a Pub/Sub notice of a change, so a change takes effect within a
-// second. No head-of-line blocking: the claim script takes the topics
-// whose flow is limited or paused as ARGV and their per-shard held sets,
-// delayq:{ns:i}:held:<topic> (ZSET id -> due, in the shard's slot), as
-// KEYS; it reads each due entry's topic from its envelope (the version
-// byte, a varint, then the topic's length and bytes) and moves an entry
-// of a held topic from the due set into its held set instead of leasing
-// it, at most a bounded number a call, and goes on to the next due entry:
-// a shard whose head belongs to a limited topic still releases every other
-// topic's messages on time. With no limited topic the claim gets no more
-// KEYS and reads no topic: it costs what it costs today.
+// No head-of-line blocking: when topics are limited or paused, the claim
+// (ClaimHolding, claimHoldScript) takes those topics as ARGV and their
+// per-shard held sets, delayq:{ns:i}:held:<topic> (HeldKey: ZSET id ->
+// due, in the shard's slot), as KEYS; it reads each due entry's topic
+// from its envelope (the version byte, a varint, then the topic's length
+// and bytes), moves an entry of a held topic into its held set instead of
+// leasing it, at most 128 a call, and goes on to the next: a shard whose
+// earliest entries belong to a limited topic still releases every other
+// topic's messages on time. With no limited topic the claim is the plain
+// claim script, at the same cost.
 //
-// A held set is released at its topic's rate, for the whole fleet, with
-// no leader: a token bucket per topic in a key of its own slot
-// (delayq:{ns:flow:<topic>}:bucket, refilled by the Redis clock) grants
-// each process's releaser at most rate x elapsed + burst tokens, so in
-// any window of a second the fleet claims at most rate + burst of the
-// topic, however many processes and shards; a releaser claims from the
-// held sets with the earliest heads it knows (due order exact within a
-// shard, close across shards) with a script that leases as the claim
-// does, never before the due time, and gives back tokens it could not
-// use. A paused topic takes no tokens until its pause ends, by the Redis
-// clock. A lease that expires puts a held message back in the due set,
-// where the next claim holds it again: a crash never publishes more than
-// the limit. Lateness of released messages is measured apart (it is the
-// limit the operator chose), as is each topic's held backlog; deadlines
-// apply when a message is released, so a limit that makes a message miss
-// its deadline expires it. Cancel, inspect and reschedule find a held
-// message from its envelope's topic, in a second step.
+// Held messages go out at their topic's rate with no leader: a token
+// bucket per topic in a slot of its own (delayq:{ns:flow:<topic>}:bucket,
+// refilled by the Redis clock, TakeGrant) grants each process's releaser
+// what the limit allows, and a log of the grants of the last FlowWindow
+// (1.05 s) caps them at rate + burst, so in any window the fleet releases
+// at most rate + burst of the topic, however many processes and shards.
+// The window is longer than a second by the spread of delivery latency,
+// so that a consumer's seconds hold the limit too; with a burst below a
+// twentieth of the rate, the steady pace is rate / 1.05. A releaser
+// claims from the held sets with the earliest heads it knows (ClaimHeld:
+// due order exact within a shard, close across shards), leasing as the
+// claim does, never before the due time, and gives back (Refund) what it
+// could not use. A paused topic gets no grant until its pause ends by the
+// Redis clock. A lease that expires puts a held message back in the due
+// set, where the next claim holds it again: a crash never publishes more
+// than the limit. Deadlines apply when a message is released, so a limit
+// or a pause that makes a message miss its deadline expires it. Cancel,
+// Inspect (StateHeld) and Reschedule find a held message from its
+// envelope's topic. FlowStatuses says what each topic holds back.
+//
+// A flow that controls nothing any more (no limit, no pause) is removed
+// by a scanner once nothing of it has been held for a few seconds. Not
+// guaranteed: the bulk cancel and reschedule by filter walk the due sets,
+// not the held sets (cancel a held message by id, or resume its topic
+// first).
 //
 // # Packages
 //

@@ -33,9 +33,17 @@ func flowFlags() (fs *flag.FlagSet, asJSON *bool, burst *int, until *string) {
 // removes the limit).
 func runFlow(ctx context.Context, e *env, args []string) int {
 	fs, asJSON, burst, until := flowFlags()
+	rateArg := ""
+	if len(args) >= 3 && args[0] == "limit" { // RATE is taken literally, so that -5 is a bad rate, not a flag
+		rateArg = args[2]
+		args = append(args[:2:2], args[3:]...)
+	}
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil {
 		return exitUsage
+	}
+	if rateArg != "" {
+		pos = append(pos, rateArg)
 	}
 	usage := func(msg string) int {
 		fmt.Fprintf(e.stderr, "delayq flow: %s\nusage: delayq flow %s\n", msg, flowCommand().args)
