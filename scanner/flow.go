@@ -140,8 +140,6 @@ func (h *heldTopic) count() int64 {
 // publishes use workCtx, as a worker's do.
 func (s *Scanner) releaseHeld(ctx, workCtx context.Context) {
 	topics := map[string]*heldTopic{}
-	scan := time.NewTicker(heldScan)
-	defer scan.Stop()
 	lastScan := time.Time{}
 	wait := time.NewTimer(0)
 	defer wait.Stop()
