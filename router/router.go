@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -25,6 +28,13 @@ type Destination struct {
 	// ExpiredPublish, published all the same, with the header
 	// x-delayq-late-ms saying how late, for consumers that decide.
 	Expired string `yaml:"expired"`
+	// Rate and Burst are the topic's release limit (messages a second, and
+	// how many more one second may release after a quiet spell); 0: none.
+	// The scanners store it in Redis at start (shard.Store.SetRoutesLimit),
+	// where every scanner of the namespace obeys it; a limit changed at
+	// runtime (CLI, HTTP, console) stays until changed again.
+	Rate  float64 `yaml:"rate"`
+	Burst int     `yaml:"burst"`
 }
 
 // The values of Destination.Expired.
@@ -73,6 +83,14 @@ func (t *Table) Resolve(topic, exchange, routingKey string) (Destination, error)
 	return Destination{}, fmt.Errorf("%w %q", ErrNoRoute, topic)
 }
 
+// Routes returns a copy of the topic routes.
+func (t *Table) Routes() map[string]Destination {
+	if t == nil {
+		return nil
+	}
+	return maps.Clone(t.routes)
+}
+
 // Len returns the number of topic routes.
 func (t *Table) Len() int { return len(t.routes) }
 
@@ -86,6 +104,7 @@ func (t *Table) DefaultExchange() string { return t.defaultExchange }
 //	  order.cancel: {exchange: orders, routing_key: order.cancel}
 //	  trial.end:    {exchange: "", routing_key: trial-reminders}  # a queue, via the default exchange
 //	  meeting.remind: {exchange: notify, routing_key: remind, expired: publish}  # past its deadline: published, with x-delayq-late-ms
+//	  sms.send:     {exchange: notify, routing_key: sms, rate: 200, burst: 50}  # at most 200 a second (+50 after a quiet spell), fleet-wide
 type file struct {
 	DefaultExchange string    `yaml:"default_exchange"`
 	Routes          yaml.Node `yaml:"routes"`
@@ -142,8 +161,9 @@ func Parse(b []byte, defaultExchange string) (*Table, error) {
 			return nil, fmt.Errorf("line %d: route %q: %w", v.Line, topic, err)
 		}
 		for j := 0; j+1 < len(v.Content); j += 2 {
-			if f := v.Content[j].Value; f != "exchange" && f != "routing_key" && f != "expired" {
-				return nil, fmt.Errorf("line %d: route %q: unknown field %q (want exchange, routing_key, expired)", v.Content[j].Line, topic, f)
+			if f := v.Content[j].Value; !slices.Contains(routeFields, f) {
+				return nil, fmt.Errorf("line %d: route %q: unknown field %q (want %s)", v.Content[j].Line, topic, f,
+					strings.Join(routeFields, ", "))
 			}
 		}
 		if err := checkRoute(topic, d); err != nil {
@@ -153,6 +173,9 @@ func Parse(b []byte, defaultExchange string) (*Table, error) {
 	}
 	return t, nil
 }
+
+// routeFields are the fields of a route.
+var routeFields = []string{"exchange", "routing_key", "expired", "rate", "burst"}
 
 func checkRoute(topic string, d Destination) error {
 	if topic == "" || strings.TrimSpace(topic) != topic {
@@ -172,6 +195,15 @@ func checkRoute(topic string, d Destination) error {
 	}
 	if d.Expired != "" && d.Expired != ExpiredDead && d.Expired != ExpiredPublish {
 		return fmt.Errorf("route %q: expired %q: want %s or %s", topic, d.Expired, ExpiredDead, ExpiredPublish)
+	}
+	if math.IsNaN(d.Rate) || math.IsInf(d.Rate, 0) || d.Rate < 0 {
+		return fmt.Errorf("route %q: rate %v: want messages a second, 0 or more", topic, d.Rate)
+	}
+	if d.Burst < 0 {
+		return fmt.Errorf("route %q: burst %d: want 0 or more", topic, d.Burst)
+	}
+	if d.Burst > 0 && d.Rate == 0 {
+		return fmt.Errorf("route %q: burst %d without a rate: a burst is what a limited topic may add to its rate", topic, d.Burst)
 	}
 	return nil
 }

@@ -70,6 +70,10 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		"bad yaml":            {"routes: {a: [\n", "yaml"},
 		"long name":           {"routes:\n  a: {exchange: " + strings.Repeat("x", 300) + "}\n", "exchange"},
 		"bad expired":         {"routes:\n  a: {exchange: x, expired: later}\n", `line 2: route "a": expired "later": want dead or publish`},
+		"negative rate":       {"routes:\n  a: {exchange: x, rate: -5}\n", `line 2: route "a": rate -5: want messages a second`},
+		"rate not a number":   {"routes:\n  a:\n    exchange: x\n    rate: fast\n", "line 4"},
+		"negative burst":      {"routes:\n  a: {exchange: x, rate: 5, burst: -1}\n", `line 2: route "a": burst -1`},
+		"burst without rate":  {"routes:\n  a: {exchange: x, burst: 10}\n", `line 2: route "a": burst 10 without a rate`},
 	} {
 		_, err := router.Parse([]byte(c.in), "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -88,6 +92,27 @@ func TestExpiredPolicy(t *testing.T) {
 	}
 	if d, _ := tb.Resolve("b", "", ""); d.Expired != "" {
 		t.Errorf("b: %+v", d)
+	}
+}
+
+func TestRouteLimits(t *testing.T) {
+	tb, err := router.Parse([]byte("routes:\n  sms: {exchange: x, rate: 200, burst: 50}\n  slow: {exchange: x, rate: 0.5}\n  b: {exchange: y}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := tb.Routes()
+	if d := rs["sms"]; d.Rate != 200 || d.Burst != 50 {
+		t.Errorf("sms: %+v", d)
+	}
+	if d := rs["slow"]; d.Rate != 0.5 || d.Burst != 0 {
+		t.Errorf("slow: %+v", d)
+	}
+	if d := rs["b"]; d.Rate != 0 || len(rs) != 3 {
+		t.Errorf("b: %+v of %d routes", d, len(rs))
+	}
+	delete(rs, "sms") // a copy
+	if _, ok := tb.Routes()["sms"]; !ok {
+		t.Error("Routes returned the table's own map")
 	}
 }
 

@@ -81,7 +81,11 @@
 // claims stage serve them (flow.go): one reads the flows every 250 ms,
 // and the releaser takes grants from each topic's bucket for the whole
 // fleet and claims that many held messages, earliest first, publishing
-// them as a worker does. Their lateness is delayq_flow_lateness_seconds,
+// them as a worker does. It takes its places in the publish window before
+// the grant, so a grant is used at once and the releases keep the
+// bucket's spacing; each message says when it was granted
+// (x-delayq-released-ms). The routes file's rate and burst are stored at
+// start (cmd/delayq). Their lateness is delayq_flow_lateness_seconds,
 // by topic, kept out of the fleet's lateness histograms, so the fleet's
 // lateness alert does not fire for a limit the operator chose.
 //

@@ -296,10 +296,19 @@ func (s *Scanner) releaseTopic(ctx, workCtx context.Context, t string, h *heldTo
 	if !ok {
 		f = shard.Flow{Topic: t} // its flow is gone: drain without a limit
 	}
-	want := max(int(min(h.count(), maxGrant)), 1)
+	// A quarter of the window at most: the window hands out places in
+	// order, so a releaser waiting for many would hold up the claims.
+	want := max(int(min(h.count(), maxGrant, int64(s.cfg.Window/4))), 1)
 	if err := s.d.Publisher.WaitReady(ctx); err != nil {
 		return 0, nil // stopping
 	}
+	// Room to publish first: a grant is used at once, not after a wait for
+	// places in the window, so the releases keep the bucket's spacing.
+	if s.window.Acquire(ctx, int64(want)) != nil {
+		return 0, nil // stopping
+	}
+	reserved := int64(want) // places not handed to deliver, given back at the end
+	defer func() { s.window.Release(reserved) }()
 	var g shard.Grant
 	if f.Limited() || f.PausedUntilMs != 0 {
 		var err error
@@ -325,17 +334,10 @@ func (s *Scanner) releaseTopic(ctx, workCtx context.Context, t string, h *heldTo
 		if claimed >= g.N || ctx.Err() != nil {
 			break
 		}
-		n := g.N - claimed
-		if s.window.Acquire(ctx, int64(n)) != nil {
-			break
-		}
 		var hc shard.HeldClaim
-		hc, err = s.d.Store.ClaimHeld(workCtx, i, t, n, s.cfg.Lease)
-		if err != nil {
-			s.window.Release(int64(n))
+		if hc, err = s.d.Store.ClaimHeld(workCtx, i, t, g.N-claimed, s.cfg.Lease); err != nil {
 			break
 		}
-		s.window.Release(int64(n - len(hc.Msgs)))
 		if hc.Left == 0 {
 			delete(h.heads, i)
 		} else {
@@ -345,9 +347,14 @@ func (s *Scanner) releaseTopic(ctx, workCtx context.Context, t string, h *heldTo
 			continue
 		}
 		claimed += len(hc.Msgs)
+		reserved -= int64(len(hc.Msgs))
 		s.d.Metrics.Claimed.Add(float64(len(hc.Msgs)))
 		s.d.Metrics.FlowReleased.WithLabelValues(t).Add(float64(len(hc.Msgs)))
-		s.deliver(workCtx, i, hc.NowMs, hc.Msgs, t)
+		at := g.AtMs // the grant's time; without a limit or a pause, the claim's
+		if at == 0 {
+			at = hc.NowMs
+		}
+		s.deliver(workCtx, i, hc.NowMs, hc.Msgs, t, at)
 	}
 	if unused := g.N - claimed; unused > 0 {
 		if rerr := s.d.Store.Refund(workCtx, f, g, unused); rerr != nil && err == nil {

@@ -58,32 +58,18 @@ func (f *fleet) receipts(ids []string) []time.Time {
 	return out
 }
 
-// busiestSecond is the most receipts (sorted) in any window of one second.
-func busiestSecond(at []time.Time) (most int, from time.Time) {
-	j := 0
-	for i := range at {
-		for at[j].Before(at[i].Add(-time.Second)) || at[j].Equal(at[i].Add(-time.Second)) {
-			j++
-		}
-		if n := i - j + 1; n > most {
-			most, from = n, at[j]
-		}
-	}
-	return most, from
-}
-
 // TestRateLimitHoldsForTheFleet is the limit's promise: 20,000 messages
 // of a topic limited to 2,000/s with a burst of 200 fall due at one
-// instant on 16 shards with three scanner processes; no second of the
-// consumer sees more than 2,200, the drain takes from 9.9 s (the burst
-// goes at once) to 11 s, none is early; 1,000 messages of an unlimited
-// topic due at the same instant all arrive within a second. (Without a
-// burst the limit holds over every FlowWindow of releases; the consumer's
-// seconds then have only the 5 % the window adds for the spread of
-// delivery latency, less than a loaded test box spreads it.)
+// instant on 16 shards with three scanner processes. The releases
+// (x-delayq-released-ms, the Redis clock of their grants) have at most
+// 2,200 in any second, the consumer's receive times that plus what the
+// path to it crowds together (shardtest.CheckLimit); the drain takes from 9.9 s (the burst goes at
+// once) to 11 s, none is early; 1,000 messages of an unlimited topic due
+// at the same instant all arrive within a second on an idle box.
 //
-// Not parallel: it measures the consumer's seconds, which other tests of
-// the package sharing the two cores would spread.
+// Not parallel, and scripts/test.sh runs it alone, after the other
+// packages' tests: it measures the consumer's seconds, which other tests
+// sharing the two cores would crowd.
 func TestRateLimitHoldsForTheFleet(t *testing.T) {
 	cfg := scanner.Config{Goroutines: 16}
 	f := newFleet(t, 16, cfg, rabbit.URL)
@@ -98,26 +84,35 @@ func TestRateLimitHoldsForTheFleet(t *testing.T) {
 	f.waitAll(free, 10*time.Second)
 	fr := f.receipts(free)
 	t.Logf("unlimited: first %s, last %s after due", fr[0].Sub(due), fr[len(fr)-1].Sub(due))
-	// Within 1 s on an idle box; 2 s here, where other test packages share the two cores.
-	if last := fr[len(fr)-1]; last.Sub(due) > 2*time.Second {
-		t.Errorf("the unlimited topic's last message arrived %s after its due time, want within 1s (2 s on a shared test box)", last.Sub(due))
+	// Within 1 s of due with the scanners built without the race
+	// detector (cmd/delayq's TestRateLimitHoldsOnCluster); 1.5 s here.
+	if last := fr[len(fr)-1]; last.Sub(due) > 1500*time.Millisecond {
+		t.Errorf("the unlimited topic's last message arrived %s after its due time, want within 1.5 s", last.Sub(due))
 	}
 	f.waitAll(limited, 20*time.Second)
 	at := f.receipts(limited)
-	most, from := busiestSecond(at)
-	t.Logf("limited: drained in %s, busiest second %d from %s", at[len(at)-1].Sub(due), most, from.Sub(due))
-	// The first second after due, when 21,000 messages are set apart at
-	// once, spreads delivery latency most; on a box other test packages
-	// share, it can compress the releases of more than a second into one.
-	// The seconds after it are held to the bound.
-	steady := slices.DeleteFunc(slices.Clone(at), func(x time.Time) bool { return x.Sub(due) < 1500*time.Millisecond })
-	most, from = busiestSecond(steady)
-	if most > 2200 {
-		t.Errorf("%d messages arrived in the second from %s after due, want at most 2,000 + 200", most, from.Sub(due))
-	}
+	shardtest.CheckLimit(t, due, at, f.releases(limited), 2200)
 	if d := at[len(at)-1].Sub(due); d < 9900*time.Millisecond || d > 11*time.Second {
 		t.Errorf("the limited topic drained in %s, want 9.9 to 11 s", d)
 	}
+}
+
+// releases are the release times (x-delayq-released-ms) of ids' first
+// deliveries, sorted.
+func (f *fleet) releases(ids []string) []time.Time {
+	f.t.Helper()
+	out := make([]time.Time, 0, len(ids))
+	for _, id := range ids {
+		if d := f.delivered(id); len(d) > 0 {
+			ms, ok := d[0].raw.Headers[shard.HeaderReleasedMs].(int64)
+			if !ok || ms < d[0].dueMs {
+				f.t.Errorf("%s: released at %v, due at %d", id, d[0].raw.Headers[shard.HeaderReleasedMs], d[0].dueMs)
+			}
+			out = append(out, time.UnixMilli(ms))
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
 }
 
 // TestPauseHoldsOneTopic: a paused topic publishes nothing while other
@@ -169,7 +164,7 @@ func TestPauseHoldsOneTopic(t *testing.T) {
 	rest := slices.DeleteFunc(slices.Clone(paused), func(id string) bool { return id == "paused-7" })
 	f.waitAll(rest, 10*time.Second)
 	at := f.receipts(rest)
-	if most, from := busiestSecond(at); most > 200 {
+	if most, from := shardtest.BusiestSecond(at); most > 200 {
 		t.Errorf("%d released in the second from %s after the resume, want at most 200", most, from.Sub(resumed))
 	}
 	if d := at[len(at)-1].Sub(resumed); d < 1800*time.Millisecond {
@@ -195,9 +190,9 @@ func TestPauseHoldsOneTopic(t *testing.T) {
 }
 
 // TestLimitChangeTakesEffectWithinASecond: a limit raised under load
-// raises the pace within a second.
+// raises the pace of releases within a second. Not parallel, and
+// scripts/test.sh runs it alone: it measures a pace.
 func TestLimitChangeTakesEffectWithinASecond(t *testing.T) {
-	t.Parallel()
 	f := newFleet(t, 8, scanner.Config{Goroutines: 8}, rabbit.URL)
 	if _, err := f.store.SetLimit(t.Context(), "t", 100, 0, "test"); err != nil {
 		t.Fatal(err)
@@ -210,7 +205,8 @@ func TestLimitChangeTakesEffectWithinASecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitAll(ids, 20*time.Second)
-	at := f.receipts(ids)
+	f.receipts(ids) // none early
+	at := f.releases(ids)
 	count := func(from, to time.Time) int {
 		n := 0
 		for _, x := range at {
@@ -222,9 +218,9 @@ func TestLimitChangeTakesEffectWithinASecond(t *testing.T) {
 	}
 	before := count(changed.Add(-time.Second), changed)
 	after := count(changed.Add(time.Second), changed.Add(2*time.Second))
-	t.Logf("the second before the change: %d, the second after the first: %d", before, after)
+	t.Logf("released in the second before the change: %d, in the second after the first: %d", before, after)
 	if before > 100 || after < 800 || after > 1000 {
-		t.Errorf("%d in the second before the change (want <= 100), %d in its second second (want 800 to 1000)", before, after)
+		t.Errorf("%d released in the second before the change (want <= 100), %d in its second second (want 800 to 1000)", before, after)
 	}
 }
 

@@ -506,7 +506,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
 		}
 		total += len(res.Msgs)
-		s.deliver(workCtx, i, res.NowMs, res.Msgs, "")
+		s.deliver(workCtx, i, res.NowMs, res.Msgs, "", 0)
 		// The claim read one entry past its batch: the new head. When it
 		// is not due yet (or the shard is empty), and no more leases have
 		// expired, another claim would come back empty.
@@ -518,7 +518,8 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 }
 
 // deliver publishes a claimed batch of shard i (held messages of topic
-// held, released by the releaser; "" for a claim's) and hands each message to
+// held, released by the releaser at releasedMs, the Redis clock of its
+// grant; "" and 0 for a claim's) and hands each message to
 // the settlers, which wait for its confirm; it returns once the batch is
 // published, so the worker can claim again while confirms are under way.
 // Each message holds a place in the window (taken before the claim) until
@@ -527,13 +528,13 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 // claim's Redis clock, among others) is dead-lettered, one that cannot be
 // published now is released. What cannot be settled (Redis unreachable,
 // shutdown deadline) stays leased and comes back.
-func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed, held string) {
+func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed, held string, releasedMs int64) {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	for j := range msgs {
 		c := &msgs[j]
-		m, dead, err := s.prepare(pctx, nowMs, c)
+		m, dead, err := s.prepare(pctx, nowMs, c, releasedMs)
 		switch {
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
@@ -563,10 +564,11 @@ type deadReason struct {
 	refused     bool
 }
 
-// prepare turns a message claimed at nowMs into a publish. A non-nil dead
+// prepare turns a message claimed at nowMs (released by its topic's flow
+// control at releasedMs, 0 if not held) into a publish. A non-nil dead
 // means it can never be published (dead-letter); an error means not now
 // (release).
-func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (publisher.Message, *deadReason, error) {
+func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, *deadReason, error) {
 	if c.Envelope == nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
@@ -597,6 +599,9 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed) (p
 	h[shard.HeaderAttempt] = int32(c.Attempt)
 	if expired { // its route publishes it all the same: say how late
 		h[shard.HeaderLateMs] = nowMs - c.DueMs
+	}
+	if releasedMs > 0 { // flow control held it back until then
+		h[shard.HeaderReleasedMs] = releasedMs
 	}
 	if env.ExpiresMs > 0 { // the deadline goes along, for a stepped retry
 		h[shard.HeaderExpiresAt] = env.ExpiresMs

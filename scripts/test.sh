@@ -6,7 +6,8 @@
 #   2. go vet ./... and staticcheck (a tool in go.mod: go tool staticcheck);
 #   3. go test -race -count=1 ./... -- each test package starts its own Redis,
 #      RabbitMQ and Consul on 127.0.0.1, free non-default ports, temporary
-#      directories, and stops them when it ends;
+#      directories, and stops them when it ends; the few tests that measure
+#      a consumer's seconds run after the rest, alone;
 #   4. kills, by PID, any server a crashed test binary left behind.
 # Under CI=true a test that finds no server fails instead of skipping.
 # Extra arguments go to go test (e.g. scripts/test.sh -run TestEndToEnd).
@@ -37,8 +38,18 @@ go tool staticcheck ./... || exit 1
 
 echo "== go test -race -count=1 ./... (real Redis, RabbitMQ and Consul; full log on failure)"
 start=$(date +%s)
-go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
-rc=$?
+# The tests that measure a consumer's seconds under a rate limit run alone,
+# after the rest, so that other packages' tests do not crowd them.
+alone='^(TestRateLimitHoldsForTheFleet|TestLimitChangeTakesEffectWithinASecond|TestLimitedDrainSurvivesAScannerKill|TestRateLimitHoldsOnCluster)$'
+if [ $# -gt 0 ]; then
+  go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
+  rc=$?
+else
+  go test -race -count=1 -timeout 25m -v -skip "$alone" ./... >"$log" 2>&1
+  rc=$?
+  echo "== go test -race -count=1 -p 1 -run '$alone' (alone)"
+  go test -race -count=1 -timeout 10m -v -p 1 -run "$alone" ./scanner ./cmd/delayq >>"$log" 2>&1 || rc=1
+fi
 # Package results and the lines that report lateness, kills and duplicates.
 grep -E '^(ok|FAIL|panic:)|^\s+[a-z0-9_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates|drained|delivered,|change seen)' "$log"
 if [ $rc -ne 0 ]; then

@@ -118,12 +118,15 @@
 // Held messages go out at their topic's rate with no leader: a token
 // bucket per topic in a slot of its own (delayq:{ns:flow:<topic>}:bucket,
 // refilled by the Redis clock, TakeGrant) grants each process's releaser
-// what the limit allows, and a log of the grants of the last FlowWindow
-// (1.05 s) caps them at rate + burst, so in any window the fleet releases
-// at most rate + burst of the topic, however many processes and shards.
-// The window is longer than a second by the spread of delivery latency,
-// so that a consumer's seconds hold the limit too; with a burst below a
-// twentieth of the rate, the steady pace is rate / 1.05. A releaser
+// what the limit allows, and a log of the grants of the last window caps
+// them at rate + burst, so in any window the fleet releases at most
+// rate + burst of the topic, however many processes and shards. The
+// window (Flow.Window) is longer than a second, (rate + burst) / rate
+// seconds between 1.05 and 1.25, so that the spread of delivery latency
+// does not crowd more than a second's releases into one of a consumer's
+// seconds; with a burst below a twentieth of the rate, the steady pace is
+// rate / 1.05. Each released message carries the grant's time
+// (HeaderReleasedMs). A releaser
 // claims from the held sets with the earliest heads it knows (ClaimHeld:
 // due order exact within a shard, close across shards), leasing as the
 // claim does, never before the due time, and gives back (Refund) what it

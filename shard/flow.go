@@ -45,14 +45,20 @@ const (
 	MaxFlowBurst = 1_000_000
 )
 
-// FlowWindow is the window the rate limit holds over: at most Rate +
-// Burst messages of a topic are released in any FlowWindow. It is longer
-// than a second by the spread of the latency between a release and its
-// delivery (claim, publish, confirm, consumer), so that a consumer's
-// one-second windows hold the limit too. The price is a steady drain at
-// Rate x 1s/FlowWindow when Burst is below Rate/20; with a larger burst
-// the bucket sets the pace, at Rate (see pace).
-const FlowWindow = 1050 * time.Millisecond
+// The window a topic's limit holds over: at most Rate + Burst messages of
+// the topic are released in any window of Flow.Window, which is longer
+// than a second by what the burst allows, so that the spread of the
+// latency between a release and its delivery (claim, publish, confirm,
+// consumer) does not crowd the releases of more than a second into one of
+// the consumer's seconds.
+const (
+	// MinFlowWindow is the window of a limit with a burst below Rate/20;
+	// the price is a steady drain at Rate x 1s/MinFlowWindow.
+	MinFlowWindow = 1050 * time.Millisecond
+	// MaxFlowWindow is the window of a limit with a burst of Rate/4 or
+	// more.
+	MaxFlowWindow = 1250 * time.Millisecond
+)
 
 // ErrPauseOver is returned for a pause whose end has already passed.
 var ErrPauseOver = errors.New("the pause's end has passed")
@@ -73,7 +79,18 @@ func (f Flow) bucketCap() int {
 	return max(f.Burst, int(math.Ceil(f.Rate/50)), 1)
 }
 
-// windowMost is the most messages of the topic any FlowWindow releases.
+// Window is the window the limit holds over: (Rate + Burst) / Rate
+// seconds, the longest that still lets Rate through, between MinFlowWindow
+// and MaxFlowWindow.
+func (f Flow) Window() time.Duration {
+	if f.Rate <= 0 {
+		return MinFlowWindow
+	}
+	w := time.Duration(float64(time.Second) * (f.Rate + float64(f.Burst)) / f.Rate).Truncate(time.Millisecond)
+	return min(max(w, MinFlowWindow), MaxFlowWindow)
+}
+
+// windowMost is the most messages of the topic any Window releases.
 func (f Flow) windowMost() int { return max(int(f.Rate)+f.Burst, 1) }
 
 // pace is the rate the topic's bucket refills at: Rate, or less when the
@@ -81,7 +98,7 @@ func (f Flow) windowMost() int { return max(int(f.Rate)+f.Burst, 1) }
 // releases stay even instead of stopping each window for the window log
 // to let the oldest grants go; consumers see a steady stream.
 func (f Flow) pace() float64 {
-	return min(f.Rate, float64(f.windowMost())/FlowWindow.Seconds())
+	return min(f.Rate, float64(f.windowMost())/f.Window().Seconds())
 }
 
 // String describes the flow as stats and the audit log show it.
@@ -341,7 +358,7 @@ type Grant struct {
 func (s *Store) TakeGrant(ctx context.Context, f Flow, want int) (Grant, error) {
 	b, l := bucketKeys(s.ns, f.Topic)
 	v, err := s.run1(ctx, grantScript, []string{b, l}, max(want, 1), strconv.FormatFloat(f.pace(), 'f', -1, 64),
-		f.bucketCap(), f.windowMost(), FlowWindow.Milliseconds(), f.PausedUntilMs).Slice()
+		f.bucketCap(), f.windowMost(), f.Window().Milliseconds(), f.PausedUntilMs).Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("grant for topic %q: %w", f.Topic, err)
 	}

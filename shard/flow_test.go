@@ -29,6 +29,23 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
+// TestFlowWindow: the window lets the rate through when the burst allows
+// it, between its bounds.
+func TestFlowWindow(t *testing.T) {
+	for _, c := range []struct {
+		rate  float64
+		burst int
+		want  time.Duration
+	}{
+		{2000, 0, shard.MinFlowWindow}, {2000, 50, shard.MinFlowWindow}, {2000, 200, 1100 * time.Millisecond},
+		{2000, 2000, shard.MaxFlowWindow}, {0.5, 0, shard.MinFlowWindow}, {0, 10, shard.MinFlowWindow},
+	} {
+		if got := (shard.Flow{Rate: c.rate, Burst: c.burst}).Window(); got != c.want {
+			t.Errorf("rate %v burst %d: window %s, want %s", c.rate, c.burst, got, c.want)
+		}
+	}
+}
+
 // TestFlowBadInput: bad rates, bursts, topics and pauses are refused with
 // the field named, and change nothing; an unreadable stored value is
 // named with its key and left out, the others still read.
@@ -174,7 +191,7 @@ func exerciseHolds(t *testing.T, rdb redis.UniversalClient, st *shard.Store) {
 		total += g.N
 		in := 0
 		for _, h := range grants {
-			if h.AtMs <= g.AtMs && h.AtMs > g.AtMs-shard.FlowWindow.Milliseconds() {
+			if h.AtMs <= g.AtMs && h.AtMs > g.AtMs-shard.MinFlowWindow.Milliseconds() {
 				in += h.N
 			}
 		}

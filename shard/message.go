@@ -150,6 +150,12 @@ const (
 	// route publishes it all the same (router.ExpiredPublish), how many ms
 	// after the time it was scheduled for it was claimed.
 	HeaderLateMs = "x-delayq-late-ms"
+	// HeaderReleasedMs (int64): on a message its topic's flow control
+	// (a rate limit or a pause) held back, unix ms by the Redis clock when
+	// the limit released it (its grant): released - due is how long the
+	// limit held it, and in any second of these times a topic has at most
+	// its rate + burst.
+	HeaderReleasedMs = "x-delayq-released-ms"
 )
 
 // ValidateID checks a message id: 1..MaxIDLen bytes of UTF-8 without

@@ -79,9 +79,10 @@ type world struct {
 }
 
 type received struct {
-	at      time.Time
-	dueMs   int64
-	attempt int32
+	at         time.Time
+	dueMs      int64
+	attempt    int32
+	releasedMs int64 // x-delayq-released-ms, 0 if none
 }
 
 func newWorld(t *testing.T, shards int, extraEnv ...string) *world {
@@ -145,8 +146,9 @@ func (w *world) record(conn *amqp.Connection, ch *amqp.Channel) {
 		for msg := range d {
 			due, _ := msg.Headers[shard.HeaderDueMs].(int64)
 			att, _ := msg.Headers[shard.HeaderAttempt].(int32)
+			rel, _ := msg.Headers[shard.HeaderReleasedMs].(int64)
 			w.mu.Lock()
-			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att})
+			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att, releasedMs: rel})
 			w.mu.Unlock()
 			_ = msg.Ack(false)
 		}

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/delayq/delayq/balance"
@@ -15,6 +17,7 @@ import (
 	"github.com/delayq/delayq/router"
 	"github.com/delayq/delayq/scanner"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 	"github.com/delayq/delayq/shard/ingress"
 	"go.uber.org/zap"
 )
@@ -85,6 +88,9 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	defer rdb.Close()
 	redisProblems, err := e.checkRedis(ctx, st)
 	if err != nil {
+		return e.fail("scan", err)
+	}
+	if err := e.applyRouteLimits(ctx, st, routes); err != nil {
 		return e.fail("scan", err)
 	}
 	host, _ := os.Hostname()
@@ -209,4 +215,47 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		e.log.Warn("shutdown incomplete", zap.Error(err))
 	}
 	return exitOK
+}
+
+// applyRouteLimits stores the routes file's release limits in Redis, where
+// every scanner of the namespace obeys them: a route's rate and burst
+// replace a limit that came from a routes file (or set one where there was
+// none); a limit changed at runtime stays, with a warning; a limit a routes
+// file set for a route that no longer has one is removed. Each change is
+// an audit line. Scanners started with different files (a rollout) leave
+// the last one's limits.
+func (e *env) applyRouteLimits(ctx context.Context, st *shard.Store, routes *router.Table) error {
+	flows, err := st.Flows(ctx)
+	if err != nil && flows == nil {
+		return fmt.Errorf("routes file limits: %w", err)
+	}
+	have := map[string]shard.Flow{}
+	for _, f := range flows {
+		have[f.Topic] = f
+	}
+	rs := routes.Routes()
+	topics := slices.Sorted(maps.Keys(rs))
+	for _, topic := range topics {
+		d := rs[topic]
+		old, ok := have[topic]
+		switch {
+		case d.Rate == 0 && (!ok || old.Source != "routes" || !old.Limited()):
+			continue // no limit in the file, none from a file in Redis
+		case ok && old.Source == "routes" && old.Rate == d.Rate && old.Burst == d.Burst:
+			continue // as the file says already
+		}
+		f, changed, err := st.SetRoutesLimit(ctx, topic, d.Rate, d.Burst)
+		if err != nil {
+			return fmt.Errorf("routes file %s: route %q: %w", e.cfg.RoutesFile, topic, err)
+		}
+		switch {
+		case changed:
+			httpapi.Audit(e.log, "routes", e.cfg.RoutesFile, "flow limit", topic+": "+f.String(), nil)
+		case !changed:
+			e.log.Warn("the routes file's limit is not applied: the topic's limit was changed at runtime; delayq flow limit changes it",
+				zap.String("topic", topic), zap.Float64("routes_rate", d.Rate), zap.Int("routes_burst", d.Burst),
+				zap.String("flow", f.String()), zap.String("changed_by", f.Source))
+		}
+	}
+	return nil
 }

@@ -298,7 +298,7 @@ func (c *control) take(h amqp.Table) (amqp.Table, error) {
 			c.retryCause = &s
 		case shard.HeaderRetryStep:
 			c.retryStep = v
-		case shard.HeaderDueMs, shard.HeaderAttempt, shard.HeaderLateMs:
+		case shard.HeaderDueMs, shard.HeaderAttempt, shard.HeaderLateMs, shard.HeaderReleasedMs:
 			// from a past delivery: not the new message's
 		default:
 			return nil, reject(ReasonControl, "unknown header %s (names starting with %s are delayq's: %s, %s, %s, %s, %s, %s, %s)",
