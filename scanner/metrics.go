@@ -200,6 +200,87 @@ func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// FlowCollector exports each topic's flow control, read from Redis at
+// scrape time (shard.Store.FlowStatuses):
+//
+//	delayq_flow_limit{topic}                messages a second for the fleet; 0: no limit
+//	delayq_flow_burst{topic}
+//	delayq_flow_paused{topic}               1 while paused
+//	delayq_flow_held{topic}                 due messages held back
+//	delayq_flow_held_oldest_seconds{topic}  how long the earliest of them has waited
+//	delayq_flow_up                          1 if the last read succeeded
+//
+// Like the shard gauges, these are the namespace's numbers, labelled
+// namespace="<ns>": every pod exports the same values, aggregate with max
+// across pods.
+type FlowCollector struct {
+	store   *shard.Store
+	layout  balance.Source
+	timeout time.Duration
+
+	limit, burst, paused, held, oldest, up *prometheus.Desc
+}
+
+// NewFlowCollector returns a collector of the flows of store's namespace,
+// whose held sets it counts on the shards layout covers.
+func NewFlowCollector(store *shard.Store, layout balance.Source) *FlowCollector {
+	ns := ""
+	if store != nil {
+		ns = store.Namespace()
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delayq_flow_"+name, help, labels, prometheus.Labels{"namespace": ns})
+	}
+	return &FlowCollector{store: store, layout: layout, timeout: 5 * time.Second,
+		limit:  d("limit", "The topic's release limit, messages a second for the whole fleet; 0: none.", "topic"),
+		burst:  d("burst", "How many more than its limit the topic may release in a second after a quiet spell.", "topic"),
+		paused: d("paused", "1 while the topic is paused.", "topic"),
+		held:   d("held", "Due messages of the topic held back by its limit or pause.", "topic"),
+		oldest: d("held_oldest_seconds", "How long the earliest held message of the topic has waited since its due time.", "topic"),
+		up:     d("up", "1 if the last read of the flows from Redis succeeded."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *FlowCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.limit, c.burst, c.paused, c.held, c.oldest, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. A flow whose stored value is
+// unreadable is left out (the scanners log it with its key); up stays 1
+// for the others.
+func (c *FlowCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	hw, err := c.layout.HighWater()
+	if err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	sts, err := c.store.FlowStatuses(ctx, hw)
+	if sts == nil && err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.up, 1)
+	for _, s := range sts {
+		paused := 0.0
+		if s.Paused(s.NowMs) {
+			paused = 1
+		}
+		gauge(c.limit, s.Rate, s.Topic)
+		gauge(c.burst, float64(s.Burst), s.Topic)
+		gauge(c.paused, paused, s.Topic)
+		gauge(c.held, float64(s.Held), s.Topic)
+		gauge(c.oldest, s.HeldFor().Seconds(), s.Topic)
+	}
+}
+
 // RedisCollector exports the settings of every Redis master that decide
 // whether delayq can lose or refuse messages, read at scrape time
 // (shard.Store.RedisServers: INFO, and CONFIG GET where allowed):

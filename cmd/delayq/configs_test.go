@@ -25,7 +25,7 @@ import (
 func metricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	scanner.NewMetrics(reg)
+	sm := scanner.NewMetrics(reg)
 	names := map[string]bool{}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -37,20 +37,24 @@ func metricNames(t *testing.T) map[string]bool {
 			names[mf.GetName()+s] = true
 		}
 	}
-	// Read at scrape time by the shard and Redis collectors and ops.go.
+	// Read at scrape time by the shard, flow and Redis collectors and ops.go.
 	descs := make(chan *prometheus.Desc, 32)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
+	scanner.NewFlowCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
-	// The ingress's vectors have no sample until a message comes.
+	// The ingress's vectors, and the flow vectors, have no sample until a
+	// message comes.
 	im := ingress.NewMetrics(nil)
-	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming} {
+	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming, sm.FlowReleased, sm.FlowLateness} {
 		c.Describe(descs)
 	}
 	close(descs)
 	re := regexp.MustCompile(`fqName: "([a-z_]+)"`)
 	for d := range descs {
 		if m := re.FindStringSubmatch(d.String()); m != nil {
-			names[m[1]] = true
+			for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+				names[m[1]+s] = true
+			}
 		}
 	}
 	names["delayq_amqp_ready"] = true

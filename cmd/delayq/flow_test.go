@@ -106,6 +106,26 @@ func TestRoutesFileLimits(t *testing.T) {
 	if f, ok := fs["mail"]; ok && f.Rate != 0 {
 		t.Errorf("mail after its limit left the file: %+v, want no limit", f)
 	}
+	// What a paused topic holds back, in the scanner's metrics.
+	if _, e, code := w.delayq("", "flow", "pause", "sms"); code != 0 {
+		t.Fatalf("flow pause: %s", e)
+	}
+	for j := range 5 {
+		if _, e, code := w.delayq("", "enqueue", "--id", fmt.Sprintf("s%d", j), "--topic", "sms", "--delay", "1ms", "--body", "x"); code != 0 {
+			t.Fatalf("enqueue: %s", e)
+		}
+	}
+	var scraped string
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		scraped = p.scrape(t)
+		return strings.Contains(scraped, `delayq_flow_held{namespace="`+w.ns+`",topic="sms"} 5`)
+	}, func() string { return "no delayq_flow_held of 5 for sms:\n" + scraped })
+	for _, want := range []string{`delayq_flow_paused{namespace="` + w.ns + `",topic="sms"} 1`, `delayq_flow_limit{namespace="` + w.ns + `",topic="sms"} 50`,
+		`delayq_flow_held_oldest_seconds{namespace="` + w.ns + `",topic="sms"}`, `delayq_flow_up{namespace="` + w.ns + `"} 1`} {
+		if !strings.Contains(scraped, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	// A bad limit in the file: the scanner refuses to start, naming it.
 	write("  sms: {exchange: x, routing_key: sms, rate: -1}\n")
 	p = w.scan("DELAYQ_ROUTES_FILE=" + routes)
