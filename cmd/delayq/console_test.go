@@ -249,6 +249,45 @@ func TestConsoleInABrowser(t *testing.T) {
 	if out, _, _ := w.delayq("", "inspect", "move-007"); !strings.Contains(out, "due:") {
 		t.Errorf("move-007 after the bulk reschedule:\n%s", out)
 	}
+	// Flow control: limit a topic, pause it (asked first), a bad rate named,
+	// resume.
+	do(chromedp.Click(chromedp.ID("nav-flows")), chromedp.WaitVisible(chromedp.ID("no-flows")),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=topic]`), "sms"),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=rate]`), "200/s"),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=burst]`), "20"),
+		chromedp.Click(chromedp.ID("new-limit")), chromedp.WaitVisible(chromedp.ID("done")))
+	if done, row := text("done"), text("flows"); done != "sms: limit 200/s burst 20" || !strings.Contains(row, "limit 200/s burst 20") {
+		t.Errorf("after setting a limit: %q\n%s", done, row)
+	}
+	do(chromedp.SendKeys(chromedp.CSS(`#flow-sms input[name=until]`), "30m"), chromedp.Click(chromedp.CSS(`#flow-sms .pause`)),
+		chromedp.WaitVisible(chromedp.ID("confirm")))
+	if q := text("question"); q != "Pause sms until 30m?" {
+		t.Errorf("the pause asks %q", q)
+	}
+	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("done")))
+	if done := text("done"); !strings.HasPrefix(done, "sms: limit 200/s burst 20, paused until ") {
+		t.Errorf("after the pause: %q", done)
+	}
+	if out, _, _ := w.delayq("", "flow"); !strings.Contains(out, "paused until") || !strings.Contains(out, "console") {
+		t.Errorf("delayq flow after the console's pause:\n%s", out)
+	}
+	do(chromedp.Click(chromedp.CSS(`header a.brand`)), chromedp.WaitVisible(chromedp.ID("overview-flows")))
+	if row := text("overview-flows"); !strings.Contains(row, "sms") || !strings.Contains(row, "paused until") {
+		t.Errorf("the overview's flows:\n%s", row)
+	}
+	do(chromedp.Click(chromedp.ID("nav-flows")), chromedp.WaitVisible(chromedp.ID("flows")))
+	screenshot("console-flows.png")
+	do(chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=topic]`), "mail"),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=rate]`), "-5"),
+		chromedp.Click(chromedp.ID("new-limit")), chromedp.WaitVisible(chromedp.ID("error")))
+	if msg := text("error"); !strings.Contains(msg, "rate") || !strings.Contains(msg, "-5") {
+		t.Errorf("a negative rate says %q", msg)
+	}
+	do(chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.ID("flows")),
+		chromedp.Click(chromedp.CSS(`#flow-sms .resume`)), chromedp.WaitVisible(chromedp.ID("done")))
+	if done, row := text("done"), text("flows"); done != "sms: limit 200/s burst 20" || strings.Contains(row, "mail") {
+		t.Errorf("after the resume: %q\n%s", done, row)
+	}
 	// A read token sees the dead list but has no buttons to change it.
 	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),
@@ -257,6 +296,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	must(t, err)
 	if buttons != 0 {
 		t.Errorf("a read-only session sees %d action buttons", buttons)
+	}
+	do(chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.ID("flows")))
+	buttons, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("button[name=action]").length`))
+	must(t, err)
+	if buttons != 0 {
+		t.Errorf("a read-only session sees %d flow buttons", buttons)
 	}
 	// On a phone's screen every page fits its width (wide tables scroll
 	// inside their box), also a message with a 64-character id and a W3C
@@ -267,7 +312,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(e)
 	}
 	do(chromedp.EmulateViewport(390, 844))
-	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/messages?id=lost-1", "/messages?id=" + traced} {
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/flows", "/messages?id=lost-1", "/messages?id=" + traced} {
 		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		must(t, err)

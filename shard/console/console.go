@@ -119,6 +119,8 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("GET /bulk", c.page(httpapi.RoleRead, c.bulk))
 	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
 	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))
+	c.mux.HandleFunc("GET /flows", c.page(httpapi.RoleRead, c.flows))
+	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleAdmin, c.flowAction))
 	return c, nil
 }
 

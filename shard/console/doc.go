@@ -2,9 +2,10 @@
 // counts, oldest overdue, refreshed live), the scheduled messages (browsed
 // by shard, topic, id prefix and due window, a bounded page at a time), a
 // message page (find by id; headers with their AMQP types; cancel or
-// reschedule it) and the dead messages (with their reasons; redrive or
-// purge one, a selection or all). Every cancel, redrive and purge asks for
-// a confirmation first.
+// reschedule it), the dead messages (with their reasons; redrive or
+// purge one, a selection or all) and flow control (each limited or paused
+// topic with the backlog it holds back; limit, pause and resume one). Every cancel, redrive, purge and pause asks
+// for a confirmation first.
 //
 // Pages are rendered on the server (html/template, files embedded in the
 // binary): no CDN, no build step, a few lines of JavaScript only to
