@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,13 @@ import (
 // whether it finished, for any process to read (BulkStatus: the HTTP API
 // answers from it whichever instance runs the job); once done, the next
 // run of that filter starts a new count.
+//
+// Messages that flow control holds back (a limited or paused topic's due
+// messages, in their topic's held set of the shard) are selected too: after
+// each shard's due set, the walk reads the held sets of the topics under
+// flow control that the filter can match, in (due, id) order a page at a
+// time (heldPageScript), so pausing a wrong campaign and then cancelling
+// it by topic or prefix cancels what the pause held back.
 
 // BulkFilter selects the scheduled messages a bulk cancel acts on: every
 // condition given must hold. One that selects everything must say so
@@ -152,7 +160,8 @@ type BulkProgress struct {
 }
 
 // CountMatching is a bulk cancel's dry run: how many scheduled messages
-// of shards [0, shards) f selects now (pages of at most 500 entries).
+// of shards [0, shards) f selects now (pages of at most 500 entries), held
+// ones included.
 func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (int, error) {
 	if err := f.Validate(); err != nil {
 		return 0, err
@@ -166,10 +175,30 @@ func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (in
 		}
 		n += len(page)
 		if next == nil {
-			return n, nil
+			break
 		}
 		q.After = *next
 	}
+	held, err := s.heldTopics(ctx, f)
+	if err != nil {
+		return n, err
+	}
+	for _, t := range held {
+		for i := range shards {
+			err := s.walkHeld(ctx, i, t, f, func(ids []string) ([]bool, error) {
+				n += len(ids)
+				stayed := make([]bool, len(ids))
+				for k := range stayed {
+					stayed[k] = true // counted, not moved
+				}
+				return stayed, nil
+			})
+			if err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // BulkCancel cancels the scheduled messages of shards [0, shards) that f
@@ -183,8 +212,14 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 	if err := f.Validate(); err != nil {
 		return BulkProgress{}, err
 	}
-	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
-		return s.bulkShard(ctx, i, bulkCancelScript, []string{BulkKey(s.ns, i, job)}, []any{bulkTTL.Milliseconds()}, ids)
+	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+		ks := ShardKeys(s.ns, i)
+		set := ks.Due
+		if held != "" { // the same script: it removes the ids from the set it is given
+			set = HeldKey(s.ns, i, held)
+		}
+		return s.bulkShard(ctx, i, bulkCancelScript, []string{set, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)},
+			[]any{bulkTTL.Milliseconds()}, ids)
 	})
 }
 
@@ -222,8 +257,13 @@ func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, de
 			due = now + ms
 		}
 	}
-	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, func(ctx context.Context, i int, job string, ids []string) ([]int64, error) {
-		return s.bulkShard(ctx, i, bulkRescheduleScript, []string{BulkKey(s.ns, i, job)},
+	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+		ks := ShardKeys(s.ns, i)
+		if held != "" {
+			return s.bulkShard(ctx, i, bulkRescheduleHeldScript, []string{HeldKey(s.ns, i, held), ks.Due, ks.Inflight, ks.Attempts,
+				BulkKey(s.ns, i, job)}, []any{bulkTTL.Milliseconds(), due, s.wake, i}, ids)
+		}
+		return s.bulkShard(ctx, i, bulkRescheduleScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)},
 			[]any{bulkTTL.Milliseconds(), due, s.wake, i}, ids)
 	})
 }
@@ -245,10 +285,11 @@ func (f BulkFilter) rescheduleJob(mode string, ms int64) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// bulkAct acts on ids of shard i for job and returns one status per id:
-// 1 done (counted), 0 not scheduled there, -1 in flight (left alone), 2
-// already as asked (left, not counted).
-type bulkAct func(ctx context.Context, i int, job string, ids []string) ([]int64, error)
+// bulkAct acts on ids of shard i for job, found in the due set (held "")
+// or in the held set of topic held, and returns one status per id: 1 done
+// (counted), 0 not scheduled there, -1 in flight (left alone), 2 already
+// as asked (left, not counted).
+type bulkAct func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error)
 
 // bulkRun runs a bulk job over every shard: its record, its counts kept
 // from an unfinished earlier run, the walk, and the done mark.
@@ -279,9 +320,18 @@ func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job strin
 		return p, err
 	}
 	p.Done = p.Before
+	held, err := s.heldTopics(ctx, f)
+	if err != nil {
+		return p, err
+	}
 	for i := range shards {
 		if err := s.bulkWalk(ctx, i, job, f, &p, progress, act); err != nil {
 			return p, err
+		}
+		for _, t := range held {
+			if err := s.bulkWalkHeld(ctx, i, t, job, f, &p, progress, act); err != nil {
+				return p, err
+			}
 		}
 	}
 	if _, err := s.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
@@ -333,7 +383,7 @@ func (s *Store) bulkWalk(ctx context.Context, i int, job string, f BulkFilter, p
 			stayed[j] = true
 		}
 		if len(ids) > 0 {
-			sts, err := act(ctx, i, job, ids)
+			sts, err := act(ctx, i, job, "", ids)
 			for k, st := range sts {
 				switch st {
 				case 1:
@@ -367,11 +417,9 @@ func (s *Store) bulkWalk(ctx context.Context, i int, job string, f BulkFilter, p
 }
 
 // bulkShard runs script over ids of shard i in calls of at most
-// maxCancelMany, with the shard's keys, then extraKeys, then args before
-// the ids; it returns one status per id.
-func (s *Store) bulkShard(ctx context.Context, i int, script *redis.Script, extraKeys []string, args []any, ids []string) ([]int64, error) {
-	ks := ShardKeys(s.ns, i)
-	keys := append([]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, extraKeys...)
+// maxCancelMany, with keys (all in the shard's slot), then args before the
+// ids; it returns one status per id.
+func (s *Store) bulkShard(ctx context.Context, i int, script *redis.Script, keys []string, args []any, ids []string) ([]int64, error) {
 	var calls []call
 	for lo := 0; lo < len(ids); lo += maxCancelMany {
 		a := append([]any{}, args...)
@@ -423,4 +471,93 @@ func (s *Store) bulkReset(ctx context.Context, shards int, job string) error {
 		return fmt.Errorf("bulk cancel: reset counts: %w", err)
 	}
 	return nil
+}
+
+// heldTopics are the topics with a flow (held sets) that f can select.
+// A topic's name is read even when its flow's value cannot be.
+func (s *Store) heldTopics(ctx context.Context, f BulkFilter) ([]string, error) {
+	topics, err := s.rdb.HKeys(ctx, FlowKey(s.ns)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("bulk job: read the flows: %w", err)
+	}
+	slices.Sort(topics)
+	if f.Topic != "" {
+		topics = slices.DeleteFunc(topics, func(t string) bool { return t != f.Topic })
+	}
+	return topics, nil
+}
+
+// bulkWalkHeld acts on what f selects in the held set of topic in shard i.
+func (s *Store) bulkWalkHeld(ctx context.Context, i int, topic, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress), act bulkAct) error {
+	return s.walkHeld(ctx, i, topic, f, func(ids []string) ([]bool, error) {
+		stayed := make([]bool, len(ids))
+		sts, err := act(ctx, i, job, topic, ids)
+		for k := range ids {
+			stayed[k] = true // unless the reply says otherwise
+			if k < len(sts) {
+				stayed[k] = sts[k] == 2 || sts[k] == -1
+				switch sts[k] {
+				case 1:
+					p.Done++
+				case -1:
+					p.InFlight++
+				}
+			}
+		}
+		if progress != nil {
+			progress(*p)
+		}
+		return stayed, err
+	})
+}
+
+// walkHeld calls do with the ids f selects in the held set of topic in
+// shard i, a page of at most 500 entries at a time in (due, id) order;
+// do says which of them stayed in the set, so the next page starts after
+// the last entry that stayed.
+func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter, do func(ids []string) ([]bool, error)) error {
+	key := HeldKey(s.ns, i, topic)
+	curID, curScore := "", "-inf"
+	if !f.From.IsZero() {
+		curScore = strconv.FormatInt(f.From.UnixMilli(), 10)
+	}
+	for {
+		v, err := s.run1(ctx, heldPageScript, []string{key}, curID, curScore, 500).StringSlice()
+		if err != nil {
+			return fmt.Errorf("bulk job: held set %s: %w", key, err)
+		}
+		last := len(v) < 1000
+		type entry struct {
+			id, score string
+			match     int // index in ids, or -1
+		}
+		var page []entry
+		var ids []string
+		for j := 0; j+1 < len(v); j += 2 {
+			if ms, err := strconv.ParseInt(v[j+1], 10, 64); err == nil && !f.To.IsZero() && ms > f.To.UnixMilli() {
+				last = true // due order: the rest is later
+				break
+			}
+			e := entry{id: v[j], score: v[j+1], match: -1}
+			if strings.HasPrefix(e.id, f.Prefix) {
+				e.match = len(ids)
+				ids = append(ids, e.id)
+			}
+			page = append(page, e)
+		}
+		var stayed []bool
+		if len(ids) > 0 {
+			if stayed, err = do(ids); err != nil {
+				return err
+			}
+		}
+		for _, e := range page {
+			if e.match < 0 || stayed[e.match] {
+				curID, curScore = e.id, e.score
+			}
+		}
+		if last {
+			return nil
+		}
+	}
 }

@@ -139,10 +139,8 @@
 // envelope's topic. FlowStatuses says what each topic holds back.
 //
 // A flow that controls nothing any more (no limit, no pause) is removed
-// by a scanner once nothing of it has been held for a few seconds. Not
-// guaranteed: the bulk cancel and reschedule by filter walk the due sets,
-// not the held sets (cancel a held message by id, or resume its topic
-// first).
+// by a scanner once nothing of it has been held for a few seconds. The
+// bulk cancel and reschedule by filter read the held sets too (bulk.go).
 //
 // # Packages
 //

@@ -159,6 +159,27 @@ func exerciseHolds(t *testing.T, rdb redis.UniversalClient, st *shard.Store) {
 	if err != nil || len(flows) != 1 || flows[0].Held != 295 || flows[0].HeldFor() < 50*time.Second {
 		t.Errorf("flow status: %+v, %v", flows, err)
 	}
+	// Bulk jobs select held messages too: the dry run counts them, a
+	// cancel by prefix removes them, a reschedule by due window moves them
+	// back to the due set.
+	if n, err := st.CountMatching(ctx, 1, shard.BulkFilter{Prefix: "a1"}); err != nil || n != 100 {
+		t.Errorf("dry run of prefix a1 over held messages: %d, %v; want 100", n, err)
+	}
+	if p, err := st.BulkCancel(ctx, 1, shard.BulkFilter{Prefix: "a1"}, 100, nil); err != nil || p.Done != 100 {
+		t.Errorf("bulk cancel of prefix a1: %+v, %v; want 100", p, err)
+	}
+	if p, err := st.BulkReschedule(ctx, 1, shard.BulkFilter{Topic: "a", To: past.Add(150 * time.Millisecond)}, time.Hour, time.Time{}, 0, nil); err != nil || p.Done != 95 {
+		t.Errorf("bulk reschedule of topic a due by +150 ms: %+v, %v; want a005..a099, 95", p, err)
+	}
+	if info, err := st.Inspect(ctx, 0, "a050"); err != nil || info.State != shard.StateScheduled {
+		t.Errorf("a050 after the bulk reschedule: %+v, %v", info, err)
+	}
+	if info, err := st.Inspect(ctx, 0, "a150"); err != nil || info.State != shard.StateUnknown {
+		t.Errorf("a150 after the bulk cancel: %+v, %v", info, err)
+	}
+	if flows, err = st.FlowStatuses(ctx, 1); err != nil || len(flows) != 1 || flows[0].Held != 100 {
+		t.Errorf("flow status after the bulk jobs: %+v, %v; want a200..a299 held", flows, err)
+	}
 
 	// The bucket: four callers at once never take more than rate + burst
 	// in any window, and together take the rate.

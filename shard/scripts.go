@@ -820,6 +820,81 @@ end
 return out
 `)
 
+// bulkRescheduleHeldScript is bulkRescheduleScript for messages flow
+// control holds back: it moves them from their topic's held set to the
+// due set at the job's time (where the claim holds them again when they
+// fall due, if their topic is still limited or paused).
+//
+//	KEYS[1] held ZSET   KEYS[2] due ZSET   KEYS[3] inflight ZSET (unused: the keys of every bulk job)
+//	KEYS[4] attempts HASH   KEYS[5] the job's counter HASH
+//	ARGV[1] ms the counter lives after this call   ARGV[2] the new due ms
+//	ARGV[3] wake channel   ARGV[4] shard index   ARGV[5..] ids (at most maxCancelMany)
+//
+// Returns one status per id: 1 moved, 0 not held here, 2 held and due at
+// that time already (left, not counted, so a run again counts nothing
+// twice). Publishes one wake notice when the shard's head is earlier
+// after the call. Complexity: O(n log N).
+var bulkRescheduleHeldScript = redis.NewScript(metaOf + countDone + `
+local due = ARGV[2]
+local before = redis.call('ZRANGE', KEYS[2], '0', '0', 'WITHSCORES')
+local out, n = {}, 0
+for j = 5, #ARGV do
+  local id = ARGV[j]
+  local s = redis.call('ZSCORE', KEYS[1], id)
+  if not s then
+    out[j - 4] = 0
+  elseif tonumber(s) == tonumber(due) then
+    out[j - 4] = 2
+  else
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZADD', KEYS[2], due, id)
+    forget_scheduled(KEYS[4], id)
+    out[j - 4] = 1
+    n = n + 1
+  end
+end
+count_done(n)
+if n > 0 and (before[2] == nil or tonumber(due) < tonumber(before[2])) then
+  redis.call('PUBLISH', ARGV[3], ARGV[4] .. ':' .. due)
+end
+return out
+`)
+
+// heldPageScript reads a page of a held set in (due, id) order, after a
+// cursor: what a bulk job's walk reads (Store.walkHeld).
+//
+//	KEYS[1] held ZSET
+//	ARGV[1] cursor id ("": from ARGV[2] on, inclusive)   ARGV[2] cursor score ("-inf" or ms)
+//	ARGV[3] n, the most entries
+//
+// With a cursor id still in the set, the page is the n entries after it
+// by rank; with one gone (released or cancelled meanwhile), the entries
+// from its score on that sort after it. Returns {id, score, ...}.
+// Complexity: O(log N + n), plus the entries of the cursor's score that
+// sort before it when the cursor is gone.
+var heldPageScript = redis.NewScript(`
+local n = tonumber(ARGV[3])
+if ARGV[1] == '' then
+  return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', '0', n)
+end
+local r = redis.call('ZRANK', KEYS[1], ARGV[1])
+if r then
+  return redis.call('ZRANGE', KEYS[1], r + 1, r + n, 'WITHSCORES')
+end
+local out, off, cs = {}, 0, tonumber(ARGV[2])
+while #out < 2 * n do
+  local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', off, n)
+  if #page == 0 then break end
+  for j = 1, #page, 2 do
+    if #out < 2 * n and (tonumber(page[j + 1]) > cs or page[j] > ARGV[1]) then
+      out[#out + 1], out[#out + 2] = page[j], page[j + 1]
+    end
+  end
+  off = off + #page / 2
+end
+return out
+`)
+
 // heartbeatScript renews (or ends) a scanner process's membership and
 // returns the live members.
 //
@@ -848,5 +923,5 @@ var allScripts = []*redis.Script{heartbeatScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,
-	flowForgetScript, cancelHeldScript,
+	flowForgetScript, cancelHeldScript, bulkRescheduleHeldScript, heldPageScript,
 }
