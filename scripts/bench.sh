@@ -6,11 +6,16 @@
 # and every claim batch, a burst
 # all due at one millisecond, an idle fleet, memory per pending message, a
 # bulk cancel by id prefix, the
-# AMQP ingress against bare consume+ack and bare EnqueueBatch) in
+# AMQP ingress against bare consume+ack and bare EnqueueBatch, flow control:
+# a topic limited to half of saturated dispatch beside an unlimited one) in
 # the same run, and prints a table with PASS/FAIL per target plus bench.json.
 #
 #   scripts/bench.sh            full run (about 15-20 minutes on 2 cores)
 #   scripts/bench.sh -quick     every scenario with small sizes (about 3 minutes)
+#   BEFORE=<git revision> scripts/bench.sh -only flow
+#                               flow control's cost with no limit set, A/B against
+#                               that revision's build (e.g. the commit before flow
+#                               control), and a limited topic beside an unlimited one
 # Other flags go to delayq-bench (see: go run ./cmd/delayq-bench -h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +24,12 @@ scripts/install.sh
 mkdir -p bin
 go build -o bin/delayq ./cmd/delayq
 go build -o bin/delayq-bench ./cmd/delayq-bench
-exec bin/delayq-bench -delayq bin/delayq "$@"
+before=()
+if [ -n "${BEFORE:-}" ]; then
+  tree=$(mktemp -d -t delayq-before.XXXXXX)
+  git worktree add --detach -q "$tree" "$BEFORE"
+  (cd "$tree" && go build -o "$OLDPWD/bin/delayq-before" ./cmd/delayq)
+  git worktree remove --force "$tree"
+  before=(-before bin/delayq-before)
+fi
+exec bin/delayq-bench -delayq bin/delayq "${before[@]}" "$@"

@@ -46,6 +46,7 @@ type config struct {
 	consolePending int
 	profileDir     string   // when set, the steady and saturated runs save the scanners' profiles and Redis's stats there
 	scannerEnv     []string // extra environment of every scanner process (NAME=value)
+	before         string   // the flow scenario's A/B: the delayq binary built before flow control
 }
 
 func main() {
@@ -73,6 +74,8 @@ func main() {
 	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
+	flag.StringVar(&c.before, "before", "", "flow scenario: a delayq binary of the build before flow control, for the A/B with no limit set "+
+		"(scripts/bench.sh builds it from BEFORE=<git revision>)")
 	flag.StringVar(&scannerEnv, "scanner-env", "", "comma-separated NAME=value pairs added to every scanner's environment "+
 		"(to compare settings: -scanner-env GOMAXPROCS=1,DELAYQ_GOROUTINES=64)")
 	flag.Parse()
@@ -158,6 +161,7 @@ type results struct {
 	Bulk      *bulkResult       `json:"bulk,omitempty"`
 	Ingress   *ingressResult    `json:"ingress,omitempty"`
 	Console   *consoleResult    `json:"console,omitempty"`
+	Flow      *flowResult       `json:"flow,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -402,6 +402,7 @@ type tally struct {
 	mu    sync.Mutex
 	late  []time.Duration // receive time - x-delayq-due-ms, first deliveries
 	at    []time.Time     // receive times of first deliveries
+	rel   []int64         // x-delayq-released-ms of first deliveries that have one
 	seen  map[string]bool
 	early int
 	dups  int
@@ -460,6 +461,9 @@ func (b *bench) consume(ctx context.Context, ns string, t *tally) (func(), error
 				}
 				t.late = append(t.late, now.Sub(time.UnixMilli(due)))
 				t.at = append(t.at, now)
+				if rel, ok := m.Headers[shard.HeaderReleasedMs].(int64); ok {
+					t.rel = append(t.rel, rel)
+				}
 			}
 			t.mu.Unlock()
 			t.count.Add(1)
@@ -1240,6 +1244,19 @@ func (b *bench) targets() {
 				fmt.Sprintf("p99 %s, max %s", ms(s.P99), ms(s.Max)), "p99 <= 10ms, max <= 50ms")
 		}
 
+	}
+	if f := r.Flow; f != nil {
+		if f.Before != "" {
+			r.check("flow control, no limit set: saturated dispatch against the build before", f.SaturatedRatio >= 0.95,
+				fmt.Sprintf("%.1f%% of it (medians of %d rounds)", 100*f.SaturatedRatio, len(f.SaturatedA)), ">= 95%")
+			r.check("flow control, no limit set: steady p99 at 50% of saturated against the build before", f.SteadyP99Ratio <= 1.05,
+				fmt.Sprintf("%.1f%% of it", 100*f.SteadyP99Ratio), "<= 105%")
+		}
+		r.check("a topic limited to half of saturated dispatch", f.OfLimit >= 0.95 && f.OfLimit <= 1.0,
+			fmt.Sprintf("%.1f%% of its limit (%.0f of %.0f/s)", 100*f.OfLimit, f.LimitedRate, f.Limit), "95-100% of its limit")
+		r.check("an unlimited topic beside it: p99 lateness", f.UnlimitedP99-f.UnlimitedAlone <= 2*time.Millisecond,
+			fmt.Sprintf("%s beside, %s alone", ms(f.UnlimitedP99), ms(f.UnlimitedAlone)), "within 2 ms of the run without it")
+		early += f.Early
 	}
 	r.check("no message early, ever", early == 0, fmt.Sprintf("%d early", early), "0")
 	for _, bu := range r.Burst {
