@@ -45,7 +45,7 @@ type flowResult struct {
 	// before they reach what falls due after it: the unlimited topic's
 	// p99 then (informative).
 	UnlimitedInstant time.Duration `json:"unlimited_p99_beside_instant_ns"`
-	Early          int           `json:"early"`
+	Early            int           `json:"early"`
 }
 
 // flow measures flow control: its cost with no limit set (A/B against
