@@ -261,7 +261,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	do(chromedp.SendKeys(chromedp.CSS(`#flow-sms input[name=until]`), "30m"), chromedp.Click(chromedp.CSS(`#flow-sms .pause`)),
 		chromedp.WaitVisible(chromedp.ID("confirm")))
-	if q := text("question"); q != "Pause sms until 30m?" {
+	if q := text("question"); q != "Pause sms for 30m0s?" {
 		t.Errorf("the pause asks %q", q)
 	}
 	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("done")))
@@ -282,6 +282,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("new-limit")), chromedp.WaitVisible(chromedp.ID("error")))
 	if msg := text("error"); !strings.Contains(msg, "rate") || !strings.Contains(msg, "-5") {
 		t.Errorf("a negative rate says %q", msg)
+	}
+	do(chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.ID("new-flow")),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=topic]`), "mail"),
+		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=until]`), "soon"),
+		chromedp.Click(chromedp.ID("new-pause")), chromedp.WaitVisible(chromedp.ID("error")))
+	if msg := text("error"); !strings.Contains(msg, "until") || !strings.Contains(msg, "soon") {
+		t.Errorf("a pause until soon says %q", msg)
 	}
 	do(chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.ID("flows")),
 		chromedp.Click(chromedp.CSS(`#flow-sms .resume`)), chromedp.WaitVisible(chromedp.ID("done")))

@@ -229,6 +229,9 @@ func (e *env) applyRouteLimits(ctx context.Context, st *shard.Store, routes *rou
 	if err != nil && flows == nil {
 		return fmt.Errorf("routes file limits: %w", err)
 	}
+	if err != nil { // an unreadable flow: its topic counts as having none
+		e.log.Warn("routes file limits: flows left out", zap.Error(err))
+	}
 	have := map[string]shard.Flow{}
 	for _, f := range flows {
 		have[f.Topic] = f
@@ -248,10 +251,9 @@ func (e *env) applyRouteLimits(ctx context.Context, st *shard.Store, routes *rou
 		if err != nil {
 			return fmt.Errorf("routes file %s: route %q: %w", e.cfg.RoutesFile, topic, err)
 		}
-		switch {
-		case changed:
+		if changed {
 			httpapi.Audit(e.log, "routes", e.cfg.RoutesFile, "flow limit", topic+": "+f.String(), nil)
-		case !changed:
+		} else {
 			e.log.Warn("the routes file's limit is not applied: the topic's limit was changed at runtime; delayq flow limit changes it",
 				zap.String("topic", topic), zap.Float64("routes_rate", d.Rate), zap.Int("routes_burst", d.Burst),
 				zap.String("flow", f.String()), zap.String("changed_by", f.Source))

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
@@ -44,9 +45,14 @@ func (c *Console) flowAction(w http.ResponseWriter, r *http.Request, s session) 
 		}
 	}
 	if err == nil && action == "pause" && r.PostFormValue("confirm") != "yes" {
-		if err = shard.ValidateFlowTopic(topic); err == nil {
+		if err = shard.ValidateFlowTopic(topic); err == nil && req.Until != "" {
+			_, err = shard.ParseWindowEnd("until", req.Until, time.Now())
+		}
+		if err == nil {
 			until := "until resumed"
-			if req.Until != "" {
+			if d, derr := time.ParseDuration(req.Until); derr == nil {
+				until = "for " + d.String()
+			} else if req.Until != "" {
 				until = "until " + req.Until
 			}
 			c.render(w, http.StatusOK, "confirm.html", map[string]any{"S": s, "Title": "Confirm", "Nav": "flows",
