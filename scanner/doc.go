@@ -77,17 +77,20 @@
 //
 // In a namespace with limited or paused topics (shard.Flow), the claims
 // set those topics' due messages apart in their held sets, so the rest
-// flows on time (no head-of-line blocking). Two more goroutines of the
-// claims stage serve them (flow.go): one reads the flows every 250 ms,
+// flows on time (no head-of-line blocking). Three more goroutines of the
+// claims stage serve them (flow.go): one reads the flows every 250 ms;
+// one sets those topics' messages apart up to 2 s before they fall due
+// (preHold, every 250 ms over every shard, from a cursor the fleet shares
+// in Redis), so the claims rarely meet a limited backlog at its due time;
 // and the releaser takes grants from each topic's bucket for the whole
 // fleet and claims that many held messages, earliest first, publishing
-// them as a worker does. It takes its places in the publish window before
-// the grant, so a grant is used at once and the releases keep the
-// bucket's spacing; each message says when it was granted
-// (x-delayq-released-ms). The routes file's rate and burst are stored at
-// start (cmd/delayq). Their lateness is delayq_flow_lateness_seconds,
+// them as a worker does. The releaser takes its places in the publish
+// window before the grant, so a grant is used at once and the releases
+// keep the bucket's spacing; each message says when it was granted
+// (x-delayq-released-ms). Their lateness is delayq_flow_lateness_seconds,
 // by topic, kept out of the fleet's lateness histograms, so the fleet's
-// lateness alert does not fire for a limit the operator chose.
+// lateness alert does not fire for a limit the operator chose. The
+// routes file's rate and burst are stored at start (cmd/delayq).
 //
 // # Guarantees
 //

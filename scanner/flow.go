@@ -38,6 +38,17 @@ const heldScan = time.Second
 // paused topic's message; one whose clock lags only holds a little longer.
 const pauseMargin = 2 * time.Second
 
+// How a process sets the messages of limited and paused topics apart
+// ahead of their due time (preHold): up to preHoldAhead before it, every
+// preHoldEvery over every shard, reading at most preHoldRead entries a
+// call and making at most preHoldRounds calls a shard each time.
+const (
+	preHoldAhead  = 2 * time.Second
+	preHoldEvery  = 250 * time.Millisecond
+	preHoldRead   = 256
+	preHoldRounds = 8
+)
+
 // forgetAfter is how long a flow must have controlled nothing (no limit,
 // no pause) before a process that finds nothing of it held removes it:
 // longer than any process's refresh, so no claim still sets it apart.
@@ -120,11 +131,71 @@ func (s *Scanner) readFlows(ctx context.Context) {
 	s.flow.set(flows, s.d.Now())
 }
 
+// preHold sets apart, ahead of their due time, the messages of the topics
+// the claims hold (shard.Store.PreHold), until ctx ends: a limited
+// backlog due at one instant is then out of the due sets before it falls
+// due, and what falls due behind it is claimed on time. The cursor of
+// each shard lives in Redis, so the fleet's processes share the reading.
+// The releaser learns of what it set apart as it does from the claims.
+func (s *Scanner) preHold(ctx, workCtx context.Context) {
+	t := time.NewTicker(preHoldEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		topics := s.flow.holdTopics()
+		if len(topics) == 0 {
+			continue
+		}
+		hw, err := s.d.Shards.HighWater()
+		if err != nil {
+			s.errLog.warn("set apart ahead", err)
+			continue
+		}
+		shards := make([]int, hw)
+		for i := range shards {
+			shards[i] = i
+		}
+		for round := 0; round < preHoldRounds && len(shards) > 0 && ctx.Err() == nil; round++ {
+			res, errs := s.d.Store.PreHold(workCtx, shards, topics, preHoldAhead, preHoldRead)
+			var more []int
+			for j, i := range shards {
+				switch {
+				case errs[j] != nil:
+					s.errLog.warn("set apart ahead", errs[j])
+					continue
+				case res[j].Moved > 0:
+					s.flow.heldIn(i)
+				}
+				if res[j].More {
+					more = append(more, i)
+				}
+			}
+			shards = more
+		}
+	}
+}
+
 // heldTopic is what the releaser knows of one topic's held messages: the
 // due time of the earliest held message of each shard holding some.
 type heldTopic struct {
 	heads map[int]shard.Held // by shard
 	next  time.Time          // no grant before then (the bucket said to wait)
+}
+
+// earliest is the due time of the earliest held message the process
+// knows of (-1 if none).
+func (h *heldTopic) earliest() int64 {
+	e := int64(-1)
+	for _, x := range h.heads {
+		if x.HeadMs >= 0 && (e < 0 || x.HeadMs < e) {
+			e = x.HeadMs
+		}
+	}
+	return e
 }
 
 // count is how many messages of the topic the process knows are held.
@@ -155,6 +226,9 @@ func (s *Scanner) releaseHeld(ctx, workCtx context.Context) {
 			h := topics[t]
 			if len(h.heads) == 0 {
 				continue
+			}
+			if head := h.earliest(); head > now.UnixMilli() {
+				h.next = time.UnixMilli(head) // set apart ahead of its time (preHold): not due yet
 			}
 			if now.Before(h.next) {
 				soonest = minTime(soonest, h.next)
@@ -248,7 +322,7 @@ func (s *Scanner) scanHeld(ctx context.Context, topics map[string]*heldTopic, sh
 			shards[i] = i
 		}
 	}
-	held, err := s.d.Store.HeldIn(ctx, names, shards)
+	held, err := s.d.Store.HeldIn(ctx, names, shards, time.Now().UnixMilli())
 	if err != nil {
 		s.errLog.warn("scan held messages", err)
 		return

@@ -395,6 +395,51 @@ func (s *Store) Refund(ctx context.Context, f Flow, g Grant, unused int) error {
 	return nil
 }
 
+// PreHoldKey is shard i's cursor of PreHold (a HASH: score, id).
+func PreHoldKey(ns string, i int) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:prehold"
+}
+
+// PreHoldResult is what one PreHold call did in a shard.
+type PreHoldResult struct {
+	Read, Moved int
+	More        bool // it stopped at its most: call again
+}
+
+// PreHold sets apart, in each of shards, the entries of topics (the
+// topics under flow control) that fall due within lookahead, reading at
+// most n entries a shard after the shard's cursor (preHoldScript), in
+// one pipeline. Set apart early, a limited backlog no longer stands
+// between the claims and what falls due behind it.
+func (s *Store) PreHold(ctx context.Context, shards []int, topics []string, lookahead time.Duration, n int) ([]PreHoldResult, []error) {
+	res, errs := make([]PreHoldResult, len(shards)), make([]error, len(shards))
+	if len(topics) == 0 {
+		return res, errs
+	}
+	calls := make([]call, len(shards))
+	for j, i := range shards {
+		ks := ShardKeys(s.ns, i)
+		keys := append(make([]string, 0, 3+len(topics)), ks.Due, ks.Msg, PreHoldKey(s.ns, i))
+		args := append(make([]any, 0, 3+len(topics)), lookahead.Milliseconds(), max(n, 1), len(topics))
+		for _, t := range topics {
+			keys, args = append(keys, HeldKey(s.ns, i, t)), append(args, t)
+		}
+		calls[j] = call{preHoldScript, keys, args}
+	}
+	for j, c := range s.run(ctx, calls...) {
+		v, err := c.Int64Slice()
+		if err == nil && len(v) != 3 {
+			err = fmt.Errorf("unexpected reply of %d fields", len(v))
+		}
+		if err != nil {
+			errs[j] = fmt.Errorf("set apart ahead in shard %d: %w", shards[j], err)
+			continue
+		}
+		res[j] = PreHoldResult{Read: int(v[0]), Moved: int(v[1]), More: v[2] == 1}
+	}
+	return res, errs
+}
+
 // maxHoldPerClaim is the most due entries one claim sets apart.
 const maxHoldPerClaim = 128
 
@@ -429,27 +474,29 @@ func (s *Store) ClaimHeld(ctx context.Context, i int, topic string, n int, lease
 // Held is what one shard holds of one topic.
 type Held struct {
 	Shard  int
-	Count  int64
+	Count  int64 // held, due or set apart ahead of their due time (PreHold)
+	Due    int64 // of Count, those due by the time read
 	HeadMs int64 // due time of its earliest; -1 if none
 }
 
 // HeldIn reads what shards hold of each topic, in one pipeline: by
-// topic, one Held per shard, in the order of shards.
-func (s *Store) HeldIn(ctx context.Context, topics []string, shards []int) (map[string][]Held, error) {
+// topic, one Held per shard, in the order of shards; Due counts what is
+// due at nowMs.
+func (s *Store) HeldIn(ctx context.Context, topics []string, shards []int, nowMs int64) (map[string][]Held, error) {
 	if len(topics) == 0 || len(shards) == 0 {
 		return map[string][]Held{}, nil
 	}
 	pipe := s.rdb.Pipeline()
 	type pair struct {
-		n    *redis.IntCmd
-		head *redis.ZSliceCmd
+		n, due *redis.IntCmd
+		head   *redis.ZSliceCmd
 	}
 	cmds := make([][]pair, len(topics))
 	for t, topic := range topics {
 		cmds[t] = make([]pair, len(shards))
 		for j, i := range shards {
 			k := HeldKey(s.ns, i, topic)
-			cmds[t][j] = pair{pipe.ZCard(ctx, k), pipe.ZRangeWithScores(ctx, k, 0, 0)}
+			cmds[t][j] = pair{pipe.ZCard(ctx, k), pipe.ZCount(ctx, k, "-inf", strconv.FormatInt(nowMs, 10)), pipe.ZRangeWithScores(ctx, k, 0, 0)}
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -459,7 +506,7 @@ func (s *Store) HeldIn(ctx context.Context, topics []string, shards []int) (map[
 	for t, topic := range topics {
 		hs := make([]Held, len(shards))
 		for j, c := range cmds[t] {
-			hs[j] = Held{Shard: shards[j], Count: c.n.Val(), HeadMs: -1}
+			hs[j] = Held{Shard: shards[j], Count: c.n.Val(), Due: c.due.Val(), HeadMs: -1}
 			if z := c.head.Val(); len(z) > 0 {
 				hs[j].HeadMs = int64(z[0].Score)
 			}
@@ -500,20 +547,20 @@ func (s *Store) FlowStatuses(ctx context.Context, m int) ([]FlowStatus, error) {
 	for i := range shards {
 		shards[i] = i
 	}
-	held, err := s.HeldIn(ctx, topics, shards)
-	if err != nil {
-		return nil, err
-	}
 	now, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read flows: %w", err)
+	}
+	held, err := s.HeldIn(ctx, topics, shards, now.UnixMilli())
+	if err != nil {
+		return nil, err
 	}
 	out := make([]FlowStatus, len(flows))
 	for j, f := range flows {
 		st := FlowStatus{Flow: f, OldestMs: -1, NowMs: now.UnixMilli()}
 		for _, h := range held[f.Topic] {
-			st.Held += h.Count
-			if h.Count > 0 && (st.OldestMs < 0 || h.HeadMs < st.OldestMs) {
+			st.Held += h.Due // what was set apart ahead of its time is not held back yet
+			if h.Due > 0 && (st.OldestMs < 0 || h.HeadMs < st.OldestMs) {
 				st.OldestMs = h.HeadMs
 			}
 		}

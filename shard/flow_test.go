@@ -86,6 +86,11 @@ func TestFlowBadInput(t *testing.T) {
 func TestNoHeadOfLineBlocking(t *testing.T) {
 	b := setup(t, 1)
 	exerciseHolds(t, b.rdb, b.store)
+	st, err := shard.NewStore(b.rdb, b.store.Namespace()+"-pre")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exercisePreHold(t, st)
 }
 
 func TestNoHeadOfLineBlockingOnCluster(t *testing.T) {
@@ -101,6 +106,85 @@ func TestNoHeadOfLineBlockingOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	exerciseHolds(t, rdb, st)
+	if st, err = shard.NewStore(rdb, "flow-pre"); err != nil {
+		t.Fatal(err)
+	}
+	exercisePreHold(t, st)
+}
+
+// exercisePreHold: a limited backlog due shortly is set apart before it
+// falls due, a page at a time after the shard's cursor; the other topic
+// stays, and when it falls due the claims take it at once; what comes in
+// behind the cursor is left to the claims; a message set apart early
+// reads as scheduled and is not yet counted as held back.
+func exercisePreHold(t *testing.T, st *shard.Store) {
+	ctx := t.Context()
+	prod := shard.NewProducer(st, fixed(1), shard.ProducerOptions{})
+	soon := time.Now().Add(1800 * time.Millisecond).Truncate(time.Millisecond)
+	var msgs []shard.Message
+	for j := range 600 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("p-%03d", j), Topic: "p", At: soon})
+	}
+	for j := range 5 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("q-%d", j), Topic: "q", At: soon})
+	}
+	for j := range 3 { // beyond the lookahead
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("p-late-%d", j), Topic: "p", At: soon.Add(time.Minute)})
+	}
+	if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetLimit(ctx, "p", 50, 0, "test"); err != nil {
+		t.Fatal(err)
+	}
+	read, moved, calls := 0, 0, 0
+	for more := true; more; calls++ {
+		res, errs := st.PreHold(ctx, []int{0}, []string{"p"}, 2*time.Second, 64)
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		read, moved, more = read+res[0].Read, moved+res[0].Moved, res[0].More
+	}
+	if time.Now().After(soon) {
+		t.Fatal("setting apart ahead took until the messages were due")
+	}
+	if read != 605 || moved != 600 || calls != 10 {
+		t.Errorf("set apart ahead: %d calls read %d and moved %d, want 10 calls, 605 and 600", calls, read, moved)
+	}
+	if info, err := st.Inspect(ctx, 0, "p-010"); err != nil || info.State != shard.StateScheduled || !info.At.Equal(soon) {
+		t.Errorf("inspect a message set apart ahead: %+v, %v; want scheduled at %s", info, err, soon)
+	}
+	if fs, err := st.FlowStatuses(ctx, 1); err != nil || len(fs) != 1 || fs[0].Held != 0 {
+		t.Errorf("flow status before anything is due: %+v, %v; want nothing held back", fs, err)
+	}
+	// Behind the cursor (it stands at q-4): left to the claims.
+	if _, err := prod.Enqueue(ctx, shard.Message{ID: "p-new", Topic: "p", At: soon}); err != nil {
+		t.Fatal(err)
+	}
+	if res, errs := st.PreHold(ctx, []int{0}, []string{"p"}, 2*time.Second, 64); errs[0] != nil || res[0].Read != 0 {
+		t.Errorf("set apart ahead again: %+v, %v; want nothing read", res, errs[0])
+	}
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return time.Now().After(soon.Add(10 * time.Millisecond)) },
+		func() string { return "the clock did not pass the due time" })
+	var got []string
+	held := 0
+	for claims := 0; claims < 3 && len(got) < 5; claims++ {
+		res, errs := st.ClaimHolding(ctx, []int{0}, 5, time.Minute, []string{"p"})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		held += res[0].Held
+		for _, m := range res[0].Msgs {
+			got = append(got, m.ID)
+		}
+	}
+	if fmt.Sprint(got) != "[q-0 q-1 q-2 q-3 q-4]" || held != 1 {
+		t.Errorf("claims at the due time got %v and set %d apart, want q-0..q-4 and p-new alone", got, held)
+	}
+	hc, err := st.ClaimHeld(ctx, 0, "p", 10, time.Minute)
+	if err != nil || len(hc.Msgs) != 10 || hc.Msgs[0].ID != "p-000" || hc.Left != 591 {
+		t.Errorf("release after the due time: %+v, %v; want p-000.. (10), 591 left (p-new among them; the 3 due later are not set apart)", hc, err)
+	}
 }
 
 func exerciseHolds(t *testing.T, rdb redis.UniversalClient, st *shard.Store) {

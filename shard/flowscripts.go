@@ -35,6 +35,20 @@ local function lease_all(inflight_key, attempts_key, ids, scores, envs, lease, o
 end
 `
 
+// byteAfter is byte_after(a, b): whether string a sorts after b byte by
+// byte, as a sorted set orders members of equal score (Lua's own string
+// comparison follows the server's locale).
+const byteAfter = `
+local function byte_after(a, b)
+  local la, lb = #a, #b
+  for p = 1, math.min(la, lb) do
+    local x, y = string.byte(a, p), string.byte(b, p)
+    if x ~= y then return x > y end
+  end
+  return la > lb
+end
+`
+
 // topicOf reads the topic of an envelope (format 1 or 2: the version
 // byte, the enqueue time as a varint, then the topic as a uvarint length
 // and its bytes) without decoding the rest. nil for anything else: the
@@ -133,6 +147,94 @@ if #ids > 0 then
   if out[4] < 0 or deadline < out[4] then out[4] = deadline end
 end
 return out
+`)
+
+// preHoldScript sets apart, ahead of time, the entries of controlled
+// topics that fall due within the next lookahead ms, so that when they
+// fall due the claims do not have to step over them first: a limited
+// backlog due at one instant no longer delays what falls due behind it
+// by the time it takes to set it apart. A per-shard cursor in Redis
+// makes the work shared: whichever scanner runs the script goes on where
+// the last one stopped, and each entry is read about once. What is
+// enqueued behind the cursor is set apart by the claim (claimHoldScript).
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] cursor HASH (score, id)
+//	KEYS[3+j] the held ZSET of controlled topic j (j = 1..t)
+//	ARGV[1] lookahead ms   ARGV[2] n, the most entries to read (>= 1)
+//	ARGV[3] t   ARGV[3+j] the name of controlled topic j
+//
+// It reads, in (due, id) order, up to n entries due after the Redis
+// clock and at most lookahead ms after it, starting after the cursor
+// (after the clock when the cursor is behind it or missing), reads their
+// topics from their envelopes (topicOf) and moves those of controlled
+// topics into their held sets, scored by their due time. The cursor
+// becomes the last entry read. Entries due now or earlier are the
+// claim's.
+// Returns {read, moved, full}: full is 1 when it stopped at n.
+// Complexity: O(n log N), plus, when the cursor's entry has left the due
+// set, the entries of the cursor's due time that sort before it (at most
+// 4n, then the cursor moves on).
+var preHoldScript = redis.NewScript(nowMs + topicOf + byteAfter + `
+local ahead, n, t = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local held = {}
+for j = 1, t do held[ARGV[3 + j]] = KEYS[3 + j] end
+local horizon = now + ahead
+local cur = redis.call('HMGET', KEYS[3], 'score', 'id')
+local cs, cid = tonumber(cur[1]), cur[2]
+local page = {}
+if not cs or not cid or cs <= now then
+  page = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, horizon, 'WITHSCORES', 'LIMIT', '0', n)
+else
+  local r = redis.call('ZRANK', KEYS[1], cid)
+  if r then
+    local got = redis.call('ZRANGE', KEYS[1], r + 1, r + n, 'WITHSCORES')
+    for j = 1, #got, 2 do
+      if tonumber(got[j + 1]) > horizon then break end
+      page[#page + 1], page[#page + 2] = got[j], got[j + 1]
+    end
+  else -- its entry left the due set: from its due time on, after it
+    local off, skipped, last = 0, 0, nil
+    while #page < 2 * n and skipped < 4 * n do
+      local got = redis.call('ZRANGEBYSCORE', KEYS[1], cs, horizon, 'WITHSCORES', 'LIMIT', off, n)
+      if #got == 0 then break end
+      for j = 1, #got, 2 do
+        if tonumber(got[j + 1]) > cs or byte_after(got[j], cid) then
+          if #page < 2 * n then page[#page + 1], page[#page + 2] = got[j], got[j + 1] end
+        else
+          skipped, last = skipped + 1, got[j]
+        end
+      end
+      off = off + #got / 2
+    end
+    if #page == 0 and last then
+      -- Only entries before the cursor so far: go on by rank from the
+      -- last of them (still in the set) next time.
+      redis.call('HSET', KEYS[3], 'score', cs, 'id', last)
+      return {0, 0, 1}
+    end
+  end
+end
+if #page == 0 then return {0, 0, 0} end
+local ids = {}
+for j = 1, #page / 2 do ids[j] = page[2 * j - 1] end
+local es = redis.call('HMGET', KEYS[2], unpack(ids))
+local adds, gone = {}, {}
+for j, id in ipairs(ids) do
+  local topic = topic_of(es[j])
+  local hk = topic and held[topic]
+  if hk then
+    local a = adds[hk]
+    if not a then a = {} adds[hk] = a end
+    a[#a + 1], a[#a + 2] = page[2 * j], id
+    gone[#gone + 1] = id
+  end
+end
+for hk, a in pairs(adds) do redis.call('ZADD', hk, unpack(a)) end
+if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
+redis.call('HSET', KEYS[3], 'score', page[#page], 'id', page[#page - 1])
+local full = 0
+if #ids >= n then full = 1 end
+return {#ids, #gone, full}
 `)
 
 // claimHeldScript releases held messages of one topic in one shard: what

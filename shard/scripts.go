@@ -872,7 +872,7 @@ return out
 // from its score on that sort after it. Returns {id, score, ...}.
 // Complexity: O(log N + n), plus the entries of the cursor's score that
 // sort before it when the cursor is gone.
-var heldPageScript = redis.NewScript(`
+var heldPageScript = redis.NewScript(byteAfter + `
 local n = tonumber(ARGV[3])
 if ARGV[1] == '' then
   return redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', '0', n)
@@ -886,7 +886,7 @@ while #out < 2 * n do
   local page = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', off, n)
   if #page == 0 then break end
   for j = 1, #page, 2 do
-    if #out < 2 * n and (tonumber(page[j + 1]) > cs or page[j] > ARGV[1]) then
+    if #out < 2 * n and (tonumber(page[j + 1]) > cs or byte_after(page[j], ARGV[1])) then
       out[#out + 1], out[#out + 2] = page[j], page[j + 1]
     end
   end
@@ -923,5 +923,5 @@ var allScripts = []*redis.Script{heartbeatScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,
-	flowForgetScript, cancelHeldScript, bulkRescheduleHeldScript, heldPageScript,
+	flowForgetScript, cancelHeldScript, bulkRescheduleHeldScript, heldPageScript, preHoldScript,
 }

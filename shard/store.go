@@ -530,6 +530,9 @@ func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 		switch {
 		case err == nil:
 			info.State, info.At = StateHeld, time.UnixMilli(int64(due))
+			if int64(due) > info.NowMs { // set apart ahead of its time (PreHold)
+				info.State = StateScheduled
+			}
 			if info.Scheduled.IsZero() {
 				info.Scheduled = info.At
 			}
