@@ -81,7 +81,9 @@
 // claims stage serve them (flow.go): one reads the flows every 250 ms;
 // one sets those topics' messages apart up to 2 s before they fall due
 // (preHold, every 250 ms over every shard, from a cursor the fleet shares
-// in Redis), so the claims rarely meet a limited backlog at its due time;
+// in Redis; one short script call a shard each time, only while a topic
+// is limited or paused), so the claims rarely meet a limited backlog at
+// its due time;
 // and the releaser takes grants from each topic's bucket for the whole
 // fleet and claims that many held messages, earliest first, publishing
 // them as a worker does. The releaser takes its places in the publish
