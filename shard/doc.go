@@ -131,9 +131,10 @@
 // before they fall due; the load a limited topic's releases add still
 // raises other topics' lateness on shared cores. Figures (scripts/bench.sh
 // -only flow, two shared cores): a topic at 25 % of saturated dispatch has
-// a p99 lateness of 14-19 ms alone, and 115-136 ms beside a
-// 52,000-message backlog of a topic limited to 50 % (690 ms before
-// setting apart ahead, with the backlog due at one instant).
+// a p99 lateness of 6-19 ms alone, and 115-210 ms beside a 52,000-message
+// backlog of a topic limited to 50 % and released at 99 % of its limit
+// (690 ms before setting apart ahead, with the backlog due at one
+// instant).
 //
 // Held messages go out at their topic's rate with no leader: a token
 // bucket per topic in a slot of its own (delayq:{ns:flow:<topic>}:bucket,
