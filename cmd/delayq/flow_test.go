@@ -169,8 +169,8 @@ func TestLimitedDrainSurvivesAScannerKill(t *testing.T) {
 	at := w.firstReceipts(ids)
 	rel := w.releases(ids)
 	most, _ := shardtest.BusiestSecond(rel)
-	t.Logf("busiest second: %d released, %d delivered; drained in %s", most, func() int { n, _ := shardtest.BusiestSecond(at); return n }(),
-		at[len(at)-1].Sub(at[0]))
+	delivered, _ := shardtest.BusiestSecond(at)
+	t.Logf("busiest second: %d released, %d delivered; drained in %s", most, delivered, at[len(at)-1].Sub(at[0]))
 	if most > 550 {
 		t.Errorf("%d released in one second, want at most 500 + 50", most)
 	}
@@ -205,17 +205,13 @@ func TestRateLimitHoldsOnCluster(t *testing.T) {
 		w.scan("DELAYQ_ROUTES_FILE=" + routes)
 	}
 	// The routes file's limit is in Redis once a scanner started.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		out, _, _ := w.delayq("", "flow", "--json")
+	var out string
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		out, _, _ = w.delayq("", "flow", "--json")
 		var flows []httpapi.Flow
 		_ = json.Unmarshal([]byte(out), &flows)
-		if len(flows) == 1 && flows[0].Topic == "limited" && flows[0].Rate == 2000 && flows[0].Burst == 200 && flows[0].ChangedBy == "routes" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the routes file's limit is not listed: %s", out)
-		}
-	}
+		return len(flows) == 1 && flows[0].Topic == "limited" && flows[0].Rate == 2000 && flows[0].Burst == 200 && flows[0].ChangedBy == "routes"
+	}, func() string { return "the routes file's limit is not listed: " + out })
 	due := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
 	var in strings.Builder
 	var limited, free []string
