@@ -81,14 +81,16 @@
 // claims stage serve them (flow.go): one reads the flows every 250 ms;
 // one sets those topics' messages apart up to 2 s before they fall due
 // (preHold, every 250 ms over every shard, from a cursor the fleet shares
-// in Redis; one short script call a shard each time, only while a topic
-// is limited or paused), so the claims rarely meet a limited backlog at
-// its due time;
+// in Redis, only while a topic is limited or paused; script calls of at
+// most 64 entries, two shards a round trip, so Redis is never held for
+// more than about a millisecond and the claims interleave), so the
+// claims rarely meet a limited backlog at its due time;
 // and the releaser takes grants from each topic's bucket for the whole
 // fleet and claims that many held messages, earliest first, publishing
-// them as a worker does. The releaser takes its places in the publish
-// window before the grant, so a grant is used at once and the releases
-// keep the bucket's spacing; each message says when it was granted
+// them as a worker does. The releaser has a publish window of its own,
+// as large as the claims' (Config.Window), so a releaser waiting for room
+// never queues ahead of a claim; it takes its places before the grant, so
+// a grant is used at once and the releases keep the bucket's spacing; each message says when it was granted
 // (x-delayq-released-ms). Their lateness is delayq_flow_lateness_seconds,
 // by topic, kept out of the fleet's lateness histograms, so the fleet's
 // lateness alert does not fire for a limit the operator chose. The

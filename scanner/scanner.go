@@ -64,7 +64,8 @@ type Config struct {
 	// than can be published at once: when confirms slow down (a slow or
 	// blocked broker), the window fills and claims stop, instead of
 	// claimed messages waiting for a place while their leases run. Default
-	// 256, and at least ClaimBatch.
+	// 256, and at least ClaimBatch. The releaser of held messages (flow
+	// control) has a window of its own of the same size.
 	//
 	// The window covers a message from before its claim to its confirm, so
 	// it must hold the claims under way as well as the publishes the broker
@@ -187,11 +188,15 @@ type Scanner struct {
 
 	errLog rateLimited
 
-	window *semaphore.Weighted // one place per claimed, unsettled message (Config.Window)
-	queue  chan sent           // published messages waiting for their confirms
-	acks   *ackBatcher
-	claims *claimer
-	flow   *flowControl // flow control at release (flow.go)
+	window *semaphore.Weighted // one place per claimed, unsettled message of the claims (Config.Window)
+	// The releaser's places (as many again), apart from the claims':
+	// a releaser waiting for room never queues ahead of a claim, so held
+	// traffic cannot delay what falls due meanwhile (flow.go).
+	releaseWindow *semaphore.Weighted
+	queue         chan sent // published messages waiting for their confirms
+	acks          *ackBatcher
+	claims        *claimer
+	flow          *flowControl // flow control at release (flow.go)
 
 	mu       sync.Mutex
 	state    int      // notStarted, running, stopped
@@ -249,7 +254,8 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	}
 	log := d.Log.Named("scanner")
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), aff: newAffinity(), errLog: rateLimited{log: log, every: 5 * time.Second},
-		window: semaphore.NewWeighted(int64(cfg.Window)), queue: make(chan sent, cfg.Window)}
+		window: semaphore.NewWeighted(int64(cfg.Window)), releaseWindow: semaphore.NewWeighted(int64(cfg.Window)),
+		queue: make(chan sent, 2*cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.flow = newFlowControl()
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics)
@@ -533,27 +539,37 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	w := s.windowOf(held)
 	for j := range msgs {
 		c := &msgs[j]
 		m, dead, err := s.prepare(pctx, nowMs, c, releasedMs)
 		switch {
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
-			s.window.Release(1)
+			w.Release(1)
 			continue
 		case err != nil:
 			s.release(ctx, i, c, err)
-			s.window.Release(1)
+			w.Release(1)
 			continue
 		}
 		f, err := s.d.Publisher.Publish(pctx, m)
 		if err != nil {
 			s.release(ctx, i, c, err)
-			s.window.Release(1)
+			w.Release(1)
 			continue
 		}
 		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now(), held: held}
 	}
+}
+
+// windowOf is the window a message's place was taken from: the releaser's
+// for a held topic's, else the claims'.
+func (s *Scanner) windowOf(held string) *semaphore.Weighted {
+	if held != "" {
+		return s.releaseWindow
+	}
+	return s.window
 }
 
 // deadReason says why a message cannot be delivered: a metric label and

@@ -70,7 +70,7 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 		default:
 			s.release(ctx, m.shard, &m.c, err)
 		}
-		s.window.Release(1) // this message no longer counts against the window
+		s.windowOf(m.held).Release(1) // this message no longer counts against its window
 	}
 }
 

@@ -130,11 +130,13 @@
 // the shard counts do not show a controlled topic's messages in the 2 s
 // before they fall due; the load a limited topic's releases add still
 // raises other topics' lateness on shared cores. Figures (scripts/bench.sh
-// -only flow, two shared cores): a topic at 25 % of saturated dispatch has
-// a p99 lateness of 6-19 ms alone, and 115-210 ms beside a 52,000-message
-// backlog of a topic limited to 50 % and released at 99 % of its limit
-// (690 ms before setting apart ahead, with the backlog due at one
-// instant).
+// -only flow, two shared cores, three rounds): a topic at 25 % of
+// saturated dispatch (k = 1) has a p99 lateness of 10-14 ms alone; beside
+// a 54,000-message backlog of a topic limited to 50 % (released at 99.4 %
+// of its limit) 28-94 ms, beside the same work with no limit 48-115 ms,
+// beside the backlog due at one instant 44-116 ms. So the limit costs the
+// other topics nothing beyond its work's share of the cores; at 75 % of
+// saturated dispatch, that share is what two cores have to give.
 //
 // Held messages go out at their topic's rate with no leader: a token
 // bucket per topic in a slot of its own (delayq:{ns:flow:<topic>}:bucket,

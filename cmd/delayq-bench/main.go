@@ -252,6 +252,17 @@ func (r *results) print(w *os.File) {
 			m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes+m.IDBytes))
 		fmt.Fprintf(tw, "MEMORY USAGE per message: due ZSET, msg hash (envelope)\t%.0f, %.0f (%.0f)\t\n", m.DueBytes, m.MsgBytes, m.EnvelopeBytes)
 	}
+	if f := r.Flow; f != nil && len(f.Stages) > 0 {
+		fmt.Fprintf(tw, "\nFLOW CONTROL (an unlimited topic at %.0f/s, 2 scanners, k=1; beside it a topic with %.0f/s of work)\tp99 at the consumer, each round\tclaims' p99 (<= bucket)\tconfirm p99 (<= bucket)\t\n",
+			f.UnlimitedRate, f.Limit)
+		for _, name := range []string{"alone", "beside the same load unlimited", "beside a limited backlog due at one instant", "beside the limited drain"} {
+			var p99, claim, confirm []string
+			for _, st := range f.Stages[name] {
+				p99, claim, confirm = append(p99, ms(st.Consumer)), append(claim, ms(st.Claim)), append(confirm, ms(st.Confirm))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, strings.Join(p99, " "), strings.Join(claim, " "), strings.Join(confirm, " "))
+		}
+	}
 	if bk := r.Bulk; bk != nil {
 		fmt.Fprintln(tw, "\nBULK CANCEL (by id prefix)\t\t")
 		fmt.Fprintf(tw, "%d of %d pending: dry run, cancel\t%.2f s, %.2f s (%.0f cancelled/s, %.0f entries read/s)\t\n",
