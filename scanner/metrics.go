@@ -29,7 +29,10 @@ type Metrics struct {
 	// or scanner process took the head first, or the head this process
 	// knew was stale. Per message, it is the work that wake-ups waste.
 	EmptyClaims prometheus.Counter
-	Lateness    prometheus.Histogram // confirm time - due time
+	// Occurrences of recurring schedules: fired to be published, and
+	// missed ones their policy skipped.
+	Occurrences, OccurrencesSkipped prometheus.Counter
+	Lateness                        prometheus.Histogram // confirm time - due time
 	// ClaimLateness is the Redis time of the claim minus the due time: how
 	// far behind the fleet is in reaching due messages. Lateness minus
 	// ClaimLateness is what publishing and confirming add.
@@ -64,13 +67,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "delayq", Name: name, Help: help})
 	}
 	m := &Metrics{
-		Claimed:     counter("messages_claimed_total", "Messages claimed from Redis."),
-		Published:   counter("messages_published_total", "Messages confirmed by the broker."),
-		Redelivered: counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
-		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
-		Reaped:      counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
-		LostLeases:  counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack; a duplicate follows."),
-		EmptyClaims: counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
+		Claimed:            counter("messages_claimed_total", "Messages claimed from Redis."),
+		Published:          counter("messages_published_total", "Messages confirmed by the broker."),
+		Redelivered:        counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
+		Released:           counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
+		Reaped:             counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
+		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack; a duplicate follows."),
+		EmptyClaims:        counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
+		Occurrences:        counter("schedule_occurrences_total", "Occurrences of recurring schedules fired to be published (missed ones a policy publishes count when they are fired)."),
+		OccurrencesSkipped: counter("schedule_occurrences_skipped_total", "Missed occurrences of recurring schedules that their policy skipped."),
 		Dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "messages_dead_total",
 			Help: "Messages moved to the dead set, by reason."}, []string{"reason"}),
 		// 1 ms to 1 h.
@@ -92,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.EmptyClaims, m.Dead,
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
 		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
 	return m
 }

@@ -542,8 +542,11 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 	w := s.windowOf(held)
 	for j := range msgs {
 		c := &msgs[j]
-		m, dead, err := s.prepare(pctx, nowMs, c, releasedMs)
+		m, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
 		switch {
+		case errors.Is(err, errNotToPublish): // a missed occurrence its schedule skips, or one another scanner has
+			w.Release(1)
+			continue
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
 			w.Release(1)
@@ -572,6 +575,10 @@ func (s *Scanner) windowOf(held string) *semaphore.Weighted {
 	return s.window
 }
 
+// errNotToPublish: the claimed message is not to be published (a missed
+// occurrence its schedule's policy skips), or not by this scanner.
+var errNotToPublish = errors.New("not to be published")
+
 // deadReason says why a message cannot be delivered: a metric label and
 // the text stored with the message. A refusal by the broker may clear, so
 // it is retried up to MaxRefusals times; anything else (a corrupt
@@ -585,13 +592,28 @@ type deadReason struct {
 // control at releasedMs, 0 if not held) into a publish. A non-nil dead
 // means it can never be published (dead-letter); an error means not now
 // (release).
-func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, *deadReason, error) {
+func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, *deadReason, error) {
 	if c.Envelope == nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
 		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error(), false}, nil
+	}
+	if env.Occurrence.Schedule != "" {
+		// Fired before anything else, so the schedule goes on whatever
+		// becomes of this occurrence (dead, refused, retried).
+		f, err := s.d.Store.FireOccurrence(ctx, i, c, &env, nowMs)
+		s.d.Metrics.OccurrencesSkipped.Add(float64(f.Skipped))
+		switch {
+		case err != nil && !f.Publish:
+			return publisher.Message{}, nil, err // released: due again shortly
+		case err != nil:
+			s.errLog.warn("fire an occurrence of a schedule", err)
+		case !f.Publish:
+			return publisher.Message{}, nil, errNotToPublish
+		}
+		s.d.Metrics.Occurrences.Inc()
 	}
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
@@ -625,6 +647,10 @@ func (s *Scanner) prepare(ctx context.Context, nowMs int64, c *shard.Claimed, re
 	}
 	if env.MaxLatenessMs > 0 {
 		h[shard.HeaderMaxLateness] = env.MaxLatenessMs
+	}
+	if o := env.Occurrence; o.Schedule != "" {
+		h[shard.HeaderSchedule] = o.Schedule
+		h[shard.HeaderNominalMs] = o.NominalMs
 	}
 	p := env.Properties
 	ts := p.Timestamp

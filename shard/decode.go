@@ -95,6 +95,16 @@ func (d *decoder) properties(e *Envelope) {
 	if mask&propMaxLateness != 0 {
 		e.MaxLatenessMs = int64(d.unsigned("maximum lateness", math.MaxInt64))
 	}
+	if mask&propOccurrence != 0 {
+		o := &e.Occurrence
+		o.Schedule = d.str("schedule")
+		o.Version = int64(d.unsigned("schedule version", math.MaxInt64))
+		o.NominalMs = d.signed("occurrence time", 1, math.MaxInt64)
+		o.Rule = d.str("schedule rule")
+		if d.err == nil && o.Schedule == "" {
+			d.fail("schedule", "an occurrence without its schedule's name")
+		}
+	}
 	if d.err == nil && e.mask() != mask {
 		d.fail("property mask", "a property is set to its zero value")
 	}

@@ -22,11 +22,13 @@
 //	                              the key expires with its last entry
 //	delayq:{ns:i}:held:<topic>  ZSET  under flow control: id -> due (HeldKey)
 //	delayq:{ns:i}:prehold       HASH  under flow control: PreHold's cursor
+//	delayq:{ns:i}:schedule:<name> HASH a recurring schedule (ScheduleKey)
 //
 // plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
 // high-water mark, every M used, producers' pins), wake-up channel
 // (WakeChannel), live scanner processes (ScannersKey: who takes which
-// shards' wake-ups) and ended console sessions (SessionEndedKey). A message lives in shard Of(id, M): FNV-1a 64 of the id,
+// shards' wake-ups), ended console sessions (SessionEndedKey) and the
+// registry of recurring schedules (ScheduleRegistryKey). A message lives in shard Of(id, M): FNV-1a 64 of the id,
 // modulo M, pinned by a test so it never changes.
 //
 // An envelope is versioned by its first byte (AppendEnvelope): v1 holds
@@ -94,6 +96,59 @@
 //     failover to a replica loses what the replica had not received, unless
 //     the Store waits for replicas (WithReplicas: Redis WAIT after every
 //     acknowledged write, ErrNotReplicated when too few confirm).
+//
+// # Recurring schedules
+//
+// A schedule (Schedule: a name, a spec in a time zone, optional start,
+// end and count, a missed-run policy, and the message to publish) fires
+// each occurrence as an ordinary message of its shard, with the id
+// OccurrenceID(name, time) = name@<unix ms> and the headers
+// x-delayq-schedule and x-delayq-nominal-ms. There is no scheduler
+// process, no leader and no lock: a schedule's next occurrence is itself
+// a due entry, so an idle schedule costs what a pending message costs (its
+// HASH besides), and the claims that publish messages fire schedules.
+//
+//   - Where: the registry (ScheduleRegistryKey, HASH name -> shard, in the
+//     namespace's slot) gives each name one shard for good, set by HSETNX
+//     to Of(name, M) at its creation, so producers under different Ms
+//     never make two schedules of one name. Everything else of the
+//     schedule is in that shard's slot: its HASH (fields listed in
+//     schedulescripts.go) and its occurrences, so every script touches
+//     one slot (Redis Cluster).
+//   - Firing (FireOccurrence, scheduleFireScript): a scanner that claims
+//     an occurrence fires it before it publishes it. The occurrence
+//     carries its schedule's rule (OccurrenceRef), so the scanner plans
+//     without reading the schedule (package schedule: the next time, and
+//     what the missed-run policy does); one script call, checking the
+//     caller's lease, the schedule's version and that this occurrence is
+//     the schedule's pending one, records the firing and adds the next
+//     occurrence (and the missed ones the policy publishes). So the next
+//     one exists before this one is published; a crash anywhere after the
+//     claim loses nothing (the lease brings the occurrence back, and its
+//     second firing finds the schedule moved on and only publishes it,
+//     under the same id), and racing scanners publish one message per
+//     occurrence. A version that changed meanwhile makes the scanner plan
+//     again with the reply's rule.
+//   - Changes (UpsertSchedule, PauseSchedule, ResumeSchedule,
+//     scheduleWriteScript) compare and set the version. A pending
+//     occurrence that is due or in flight is being fired and stays: it is
+//     published under the old definition and its firing goes on with the
+//     new one from the time of the change; one not yet due is replaced by
+//     the new definition's next. So a change never doubles or drops an
+//     occurrence. A pause removes the pending occurrence (one being fired
+//     is published); a resume applies the missed-run policy to what fell
+//     in the pause.
+//   - Missed runs: an occurrence fired more than its grace (default 1 m)
+//     after its time is missed; the policy publishes none of the missed
+//     ones (skip, the default), the latest once, or each up to a bound
+//     (all), and goes on with the first occurrence not missed. A fleet
+//     that was down, a pause, and Redis restored from an old backup are
+//     the same case.
+//
+// Not guaranteed: an occurrence is found by id (Cancel, Inspect) only in
+// its schedule's shard, which its id does not hash to; the schedule's
+// operations reach it. A schedule's occurrences are not rate limited as a
+// group beyond their topic's limit.
 //
 // # Flow control at release
 //

@@ -75,6 +75,13 @@ func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
 	if mask&propMaxLateness != 0 {
 		dst = binary.AppendUvarint(dst, uint64(e.MaxLatenessMs))
 	}
+	if mask&propOccurrence != 0 {
+		o := &e.Occurrence
+		dst = appendStr(dst, o.Schedule)
+		dst = binary.AppendUvarint(dst, uint64(o.Version))
+		dst = binary.AppendVarint(dst, o.NominalMs)
+		dst = appendStr(dst, o.Rule)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(e.Headers)))
 	for _, h := range e.Headers {
 		dst = appendStr(dst, h.Key)
@@ -87,8 +94,8 @@ func appendEnvelopeV2(dst []byte, e *Envelope) []byte {
 // EncodedSize is an upper bound of len(AppendEnvelope(nil, e)) when every
 // header is a string, and a good first guess otherwise.
 func (e *Envelope) EncodedSize() int {
-	n := 3 + binary.MaxVarintLen64*(10+2*len(e.Headers)) + len(e.Topic) + len(e.Exchange) +
-		len(e.RoutingKey) + len(e.ContentType) + len(e.Body)
+	n := 3 + binary.MaxVarintLen64*(14+2*len(e.Headers)) + len(e.Topic) + len(e.Exchange) +
+		len(e.RoutingKey) + len(e.ContentType) + len(e.Body) + len(e.Occurrence.Schedule) + len(e.Occurrence.Rule)
 	for _, s := range e.Properties.strings() {
 		n += binary.MaxVarintLen64 + len(*s)
 	}

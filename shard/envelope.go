@@ -33,6 +33,20 @@ type Envelope struct {
 	// ExpiresMs and MaxLatenessMs are the message's deadline
 	// (Message.ExpiresAt, Message.MaxLateness); 0 is none.
 	ExpiresMs, MaxLatenessMs int64
+	// Occurrence is set on an occurrence of a recurring schedule: which
+	// one, and the rule the scanner computes the next one with.
+	Occurrence OccurrenceRef
+}
+
+// OccurrenceRef names the occurrence of a recurring schedule that an
+// envelope is (the zero value: a one-off message).
+type OccurrenceRef struct {
+	Schedule  string // the schedule's name
+	Version   int64  // the schedule's version when the occurrence was made
+	NominalMs int64  // the occurrence's time by the schedule, unix ms
+	// Rule is the schedule's rule (schedule.Rule as JSON): spec, zone,
+	// anchor, end, grace and missed-run policy.
+	Rule string
 }
 
 // Expired reports whether a message of this envelope, scheduled for
@@ -95,6 +109,9 @@ func (e *Envelope) mask() uint64 {
 	if e.MaxLatenessMs != 0 {
 		m |= propMaxLateness
 	}
+	if e.Occurrence.Schedule != "" {
+		m |= propOccurrence
+	}
 	return m
 }
 
@@ -112,7 +129,8 @@ const (
 	// Not AMQP properties: the deadline, after the properties.
 	propExpires
 	propMaxLateness
-	propAll = 1<<iota - 1
+	propOccurrence // Envelope.Occurrence
+	propAll        = 1<<iota - 1
 )
 
 // strings returns the string properties in mask-bit order.

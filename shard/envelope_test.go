@@ -197,6 +197,8 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add(shard.AppendEnvelope(nil, &v2))
 	v2.ExpiresMs, v2.MaxLatenessMs = 1700000060000, 2000
 	f.Add(shard.AppendEnvelope(nil, &v2))
+	v2.Occurrence = shard.OccurrenceRef{Schedule: "daily", Version: 3, NominalMs: 1700000000000, Rule: `{"spec":"@daily"}`}
+	f.Add(shard.AppendEnvelope(nil, &v2))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := shard.DecodeEnvelope(b)
 		if err != nil {

@@ -36,6 +36,16 @@ func ShardKeys(ns string, i int) Keys {
 	}
 }
 
+// ScheduleKey is the HASH of recurring schedule name, in shard i
+// (schedulescripts.go lists its fields).
+func ScheduleKey(ns string, i int, name string) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:schedule:" + name
+}
+
+// ScheduleRegistryKey is the namespace's HASH of schedule name -> the
+// shard that holds it.
+func ScheduleRegistryKey(ns string) string { return "delayq:{" + ns + "}:schedules" }
+
 // CursorKey is the namespace-wide INCR counter scanners use to pick their
 // next shard.
 func CursorKey(ns string) string { return "delayq:{" + ns + "}:cursor" }

@@ -156,6 +156,13 @@ const (
 	// limit held it, and in any second of these times a topic has at most
 	// its rate + burst.
 	HeaderReleasedMs = "x-delayq-released-ms"
+	// HeaderSchedule (string) is set on an occurrence of a recurring
+	// schedule: the schedule's name.
+	HeaderSchedule = "x-delayq-schedule"
+	// HeaderNominalMs (int64): the occurrence's time by its schedule, unix
+	// ms (UTC); equal to HeaderDueMs except for a message rescheduled by
+	// hand.
+	HeaderNominalMs = "x-delayq-nominal-ms"
 )
 
 // ValidateID checks a message id: 1..MaxIDLen bytes of UTF-8 without

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the IANA zones of recurring schedules, the same on every machine and image
 
 	"github.com/hashicorp/consul/api"
 	"github.com/redis/go-redis/v9"

@@ -1,0 +1,160 @@
+package scanner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/scanner"
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/schedule"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// occurrences are the nominal times (unix ms) of schedule name's
+// occurrences delivered so far, in order, each checked: never early, its
+// headers naming the schedule and its time, its id name@time.
+func (f *fleet) occurrences(name string) []int64 {
+	f.t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int64
+	for id, ds := range f.got {
+		at, ok := strings.CutPrefix(id, name+"@")
+		if !ok {
+			continue
+		}
+		ms, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			f.t.Errorf("occurrence id %q", id)
+			continue
+		}
+		d := ds[0]
+		if got, _ := d.raw.Headers[shard.HeaderSchedule].(string); got != name {
+			f.t.Errorf("%s: %s header %q", id, shard.HeaderSchedule, got)
+		}
+		if got, _ := d.raw.Headers[shard.HeaderNominalMs].(int64); got != ms {
+			f.t.Errorf("%s: %s header %d", id, shard.HeaderNominalMs, got)
+		}
+		if d.at.UnixMilli() < ms {
+			f.t.Errorf("%s delivered %d ms early", id, ms-d.at.UnixMilli())
+		}
+		out = append(out, ms)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Two scanner processes fire every-second and six-field cron schedules:
+// every occurrence once, in order, none early, none missing.
+func TestSchedulesFireEveryOccurrenceOnce(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	newFleetSharing(t, f, scanner.Config{Goroutines: 8})
+	msg := shard.Message{Exchange: f.exchange, RoutingKey: "rk", Body: []byte("tick")}
+	specs := map[string]string{}
+	for j := range 20 {
+		specs[fmt.Sprintf("every-%d", j)] = "@every 1s"
+	}
+	for j := range 5 {
+		specs[fmt.Sprintf("cron-%d", j)] = "*/2 * * * * *"
+	}
+	created := time.Now()
+	for name, spec := range specs {
+		if _, err := f.prod.UpsertSchedule(t.Context(), shard.Schedule{Name: name, Spec: spec, Message: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := created.Add(5 * time.Second)
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		for name := range specs {
+			occ := f.occurrences(name)
+			if len(occ) == 0 || occ[len(occ)-1] < until.UnixMilli() {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the schedules did not fire for 5 s" })
+	for name, spec := range specs {
+		occ := f.occurrences(name)
+		step := int64(1000)
+		if strings.HasPrefix(spec, "*/2") {
+			step = 2000
+			if occ[0]%2000 != 0 {
+				t.Errorf("%s: first occurrence %d is not on an even second", name, occ[0])
+			}
+		}
+		for j := 1; j < len(occ); j++ {
+			if occ[j]-occ[j-1] != step {
+				t.Errorf("%s: %d then %d: want one every %d ms", name, occ[j-1], occ[j], step)
+			}
+		}
+	}
+}
+
+// The fleet stopped across ten occurrences of every-second schedules:
+// skip publishes none of them, latest the last, all each of them; the
+// schedules go on after.
+func TestMissedRunPolicies(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	msg := shard.Message{Exchange: f.exchange, RoutingKey: "rk"}
+	start := time.Now().Add(time.Second).Truncate(time.Second)
+	policies := []string{schedule.MissedSkip, schedule.MissedLatest, schedule.MissedAll}
+	for _, p := range policies {
+		if _, err := f.prod.UpsertSchedule(t.Context(), shard.Schedule{Name: p, Spec: "@every 1s", Start: start, Missed: p,
+			Grace: 500 * time.Millisecond, Message: msg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fires start+0 .. start+2, stops before start+3.
+	time.Sleep(time.Until(start.Add(2300 * time.Millisecond))) // the outage is by the clock: the test is about time
+	stopCtx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := f.scanner.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range policies {
+		if occ := f.occurrences(p); len(occ) != 3 || occ[0] != start.UnixMilli() {
+			t.Fatalf("%s before the outage: %v, want the 3 from %d", p, occ, start.UnixMilli())
+		}
+	}
+	// Down for start+3 .. start+12; back at start+12.6, so at the first
+	// claim (within 400 ms) those ten are more than the grace late, and
+	// start+13 is not yet due.
+	time.Sleep(time.Until(start.Add(12600 * time.Millisecond)))
+	startScanner(t, f, scanner.Config{Goroutines: 8}, rabbit.URL, f.store)
+	after := start.Add(15 * time.Second).UnixMilli()
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		for _, p := range policies {
+			if occ := f.occurrences(p); len(occ) == 0 || occ[len(occ)-1] < after {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the schedules did not go on after the outage" })
+	want := map[string]int{schedule.MissedSkip: 0, schedule.MissedLatest: 1, schedule.MissedAll: 10}
+	from, to := start.Add(3*time.Second).UnixMilli(), start.Add(12*time.Second).UnixMilli()
+	for _, p := range policies {
+		in := 0
+		occ := f.occurrences(p)
+		for _, ms := range occ {
+			if ms >= from && ms <= to {
+				in++
+			}
+		}
+		if in != want[p] {
+			t.Errorf("%s: %d of the ten missed occurrences published, want %d (%v)", p, in, want[p], occ)
+		}
+		if p == schedule.MissedLatest && !slices.Contains(occ, to) {
+			t.Errorf("latest: the last missed occurrence (%d) not published: %v", to, occ)
+		}
+		if !slices.Contains(occ, after) {
+			t.Errorf("%s: %d after the outage not published: %v", p, after, occ)
+		}
+	}
+}
