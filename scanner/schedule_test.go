@@ -158,3 +158,74 @@ func TestMissedRunPolicies(t *testing.T) {
 		}
 	}
 }
+
+// A schedule's spec changed 20 times in 10 s, between even and odd
+// seconds, while other messages flow: each occurrence published is one of
+// the spec in force at its time, none doubled, none of a spec's dropped
+// while it was in force.
+func TestScheduleChangesNeverDoubleOrDrop(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	msg := shard.Message{Exchange: f.exchange, RoutingKey: "rk"}
+	specs := []string{"*/2 * * * * *", "1-59/2 * * * * *"} // even seconds, odd seconds
+	parity := func(ms int64) int { return int(ms/1000) % 2 }
+	var changes []int64 // Redis time of each change
+	load := f.enqueueAt("load", "t", 2000, time.Now().Add(time.Second), func(m *shard.Message) {
+		m.At = time.Time{}
+		m.Delay = time.Second + time.Duration(len(m.ID)%10)*time.Second
+	})
+	for k := range 20 {
+		info, err := f.prod.UpsertSchedule(t.Context(), shard.Schedule{Name: "flip", Spec: specs[k%2], Message: msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, info.Changed.UnixMilli())
+		time.Sleep(500 * time.Millisecond) // the changes are by the clock: the test is about them
+	}
+	end := changes[len(changes)-1]
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		occ := f.occurrences("flip")
+		return len(occ) > 0 && occ[len(occ)-1] >= end
+	}, func() string { return "no occurrence after the last change" })
+	if err := f.store.DeleteSchedule(t.Context(), "flip"); err != nil {
+		t.Fatal(err)
+	}
+	occ := f.occurrences("flip")
+	t.Logf("%d occurrences published across 20 changes", len(occ))
+	if len(occ) < 3 {
+		t.Fatalf("only %d occurrences: %v", len(occ), occ)
+	}
+	published := map[int64]bool{}
+	for _, ms := range occ {
+		published[ms] = true
+	}
+	inForce := func(ms int64) int { // the change in force at ms
+		k := 0
+		for k+1 < len(changes) && changes[k+1] <= ms {
+			k++
+		}
+		return k
+	}
+	for _, ms := range occ {
+		if ms < changes[0] {
+			t.Errorf("occurrence %d before the schedule was created (%d)", ms, changes[0])
+			continue
+		}
+		k := inForce(ms)
+		// The next change's own plan may start a few ms before that change
+		// takes effect in Redis (it reads the clock first).
+		next := k+1 < len(changes) && ms >= changes[k+1]-50 && parity(ms) == (k+1)%2
+		if parity(ms) != k%2 && !next {
+			t.Errorf("occurrence %d: spec %q was in force (changed at %d)", ms, specs[k%2], changes[k])
+		}
+	}
+	// Every second of a spec, well inside the time it was in force.
+	for k := range len(changes) - 1 {
+		for s := (changes[k] + 50 + 999) / 1000 * 1000; s <= changes[k+1]-50; s += 1000 {
+			if parity(s) == k%2 && !published[s] {
+				t.Errorf("occurrence %d of spec %q (in force %d..%d) not published: %v", s, specs[k%2], changes[k], changes[k+1], occ)
+			}
+		}
+	}
+	f.waitAll(load, 30*time.Second)
+}

@@ -142,7 +142,13 @@ func (lr *LineReader) readLine() ([]byte, error) {
 // ParseLine parses one JSON Lines object into a Message. It checks the
 // line's own rules (known fields, one of delay_ms/at_ms, one of
 // body/body_base64); the message rules are checked by Enqueue.
-func ParseLine(raw []byte) (Message, error) {
+func ParseLine(raw []byte) (Message, error) { return parseLine(raw, false) }
+
+// ParseTemplate parses a message in the JSON Lines form without its time
+// (delay_ms and at_ms may be absent): the message of a recurring schedule.
+func ParseTemplate(raw []byte) (Message, error) { return parseLine(raw, true) }
+
+func parseLine(raw []byte, template bool) (Message, error) {
 	// encoding/json would turn invalid UTF-8, and \u escapes of lone
 	// surrogates, into U+FFFD without a word: an id or body rewritten so
 	// is not the one the producer meant (a later cancel by the original
@@ -207,7 +213,7 @@ func ParseLine(raw []byte) (Message, error) {
 			return Message{}, invalid("at_ms", "%d is outside [%d, %d)", *l.AtMs, minAt.UnixMilli(), maxAt.UnixMilli())
 		}
 		m.At = time.UnixMilli(*l.AtMs)
-	default:
+	case !template:
 		return Message{}, invalid("delay_ms", "missing: give delay_ms or at_ms")
 	}
 	if l.ExpiresAtMs != nil {
@@ -236,6 +242,9 @@ func ParseLine(raw []byte) (Message, error) {
 	}
 	if strings.ContainsRune(m.ID, utf8.RuneError) && !mentionsReplacement(raw) {
 		return Message{}, invalid("id", "has a \\u escape of a lone surrogate, which is not a character")
+	}
+	if template && m.ID == "" {
+		return m, nil // the schedule gives each occurrence its id
 	}
 	if err := validateID(m.ID); err != nil {
 		return Message{}, err

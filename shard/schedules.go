@@ -66,6 +66,8 @@ type ScheduleInfo struct {
 	Skipped int64     // missed occurrences the policy dropped
 	Created time.Time
 	Changed time.Time
+	// Envelope is the stored message, as each occurrence copies it.
+	Envelope *Envelope
 }
 
 // OccurrenceID is the message id of the occurrence of schedule name at
@@ -543,6 +545,7 @@ func (st *scheduleState) info(i int) (ScheduleInfo, error) {
 			return info, fmt.Errorf("schedule %q: its message: %w", st.def.Name, err)
 		}
 		info.Message = env.message()
+		info.Envelope = &env
 	}
 	return info, nil
 }

@@ -102,6 +102,13 @@ func New(o Options) *API {
 	a.handle("PUT /v1/flows/{topic}", RoleAdmin, a.changeFlowHandler("limit"))
 	a.handle("POST /v1/flows/{topic}/pause", RoleAdmin, a.changeFlowHandler("pause"))
 	a.handle("POST /v1/flows/{topic}/resume", RoleAdmin, a.changeFlowHandler("resume"))
+	a.handle("GET /v1/schedules", RoleRead, a.schedules)
+	a.handle("GET /v1/schedules/{name}", RoleRead, a.getSchedule)
+	a.handle("PUT /v1/schedules/{name}", RoleAdmin, a.putSchedule)
+	a.handle("DELETE /v1/schedules/{name}", RoleAdmin, a.changeScheduleHandler("delete"))
+	a.handle("POST /v1/schedules/{name}/pause", RoleAdmin, a.changeScheduleHandler("pause"))
+	a.handle("POST /v1/schedules/{name}/resume", RoleAdmin, a.changeScheduleHandler("resume"))
+	a.handle("GET /v1/schedules/{name}/preview", RoleRead, a.previewSchedule)
 	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
