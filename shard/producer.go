@@ -183,6 +183,9 @@ type Scheduled struct {
 	Due   time.Time // by the Redis clock
 }
 
+// Store is the store the producer writes to.
+func (p *Producer) Store() *Store { return p.store }
+
 // Enqueue schedules m. It returns ErrDuplicate if a message with m.ID
 // exists, and an *InvalidError (ErrInvalid) if m breaks a rule.
 func (p *Producer) Enqueue(ctx context.Context, m Message) (Scheduled, error) {
