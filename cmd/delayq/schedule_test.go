@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // TestScheduleFromTheCLI: preview without Redis, set from flags and from
@@ -71,4 +75,124 @@ func TestScheduleFromTheCLI(t *testing.T) {
 	if _, e, code = w.delayq("", "schedule", "show", "tick"); code != 1 || !strings.Contains(e, "schedule not found") {
 		t.Errorf("show after delete: exit %d %q", code, e)
 	}
+}
+
+// TestSchedulesSurviveKillsAndAResize: 200 every-second schedules and 50
+// six-field cron schedules on 3 scanner processes for 60 s, two of them
+// SIGKILLed and M resized 8 -> 16 meanwhile: every occurrence in the
+// window published (one message id each; a second delivery only as a
+// redelivery of that id), none early, none missing.
+func TestSchedulesSurviveKillsAndAResize(t *testing.T) {
+	w := newWorld(t, 8, "DELAYQ_LEASE=3s")
+	w.withConsul(t)
+	w.consume()
+	w.setM(8)
+	scanners := []*proc{w.scan(), w.scan(), w.scan()}
+	var lines strings.Builder
+	specs := map[string]string{}
+	for j := range 200 {
+		name := fmt.Sprintf("every-%d", j)
+		specs[name] = "@every 1s"
+		fmt.Fprintf(&lines, `{"name":%q,"spec":"@every 1s","message":{"exchange":%q,"routing_key":"rk"}}`+"\n", name, w.exchange)
+	}
+	for j := range 50 {
+		name := fmt.Sprintf("cron-%d", j)
+		specs[name] = "*/2 * * * * *"
+		fmt.Fprintf(&lines, `{"name":%q,"spec":"*/2 * * * * *","message":{"exchange":%q,"routing_key":"rk"}}`+"\n", name, w.exchange)
+	}
+	if out, e, code := w.delayq(lines.String(), "schedule", "set", "--file", "-"); code != 0 {
+		t.Fatalf("schedule set: exit %d %s %s", code, out, e)
+	}
+	from := time.Now().Add(2 * time.Second) // all created by then
+	run := 60 * time.Second
+	at := func(d time.Duration) { time.Sleep(time.Until(from.Add(d))) } // the faults come at set times: the test is about them
+	at(15 * time.Second)
+	scanners[0].kill()
+	scanners = append(scanners, w.scan())
+	at(25 * time.Second)
+	w.setM(16)
+	at(35 * time.Second)
+	scanners[1].kill()
+	scanners = append(scanners, w.scan())
+	at(run)
+	to := time.Now()
+	for name := range specs {
+		if _, e, code := w.delayq("", "schedule", "delete", name); code != 0 {
+			t.Fatalf("delete %s: %s", name, e)
+		}
+	}
+	// @every counts from each schedule's creation, not from whole seconds:
+	// map each schedule's published times onto its own phase.
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return w.missingOccurrences(specs, from, to) == "" },
+		func() string { return w.missingOccurrences(specs, from, to) })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	redelivered := 0
+	for id, rs := range w.got {
+		name, msText, ok := strings.Cut(id, "@")
+		if _, known := specs[name]; !ok || !known {
+			continue
+		}
+		var ms int64
+		fmt.Sscan(msText, &ms)
+		if rs[0].at.UnixMilli() < ms || rs[0].dueMs != ms {
+			t.Errorf("%s: received %s, due header %d: early or wrong", id, rs[0].at.Format(time.StampMilli), rs[0].dueMs)
+		}
+		for _, r := range rs[1:] {
+			if r.attempt < 2 {
+				t.Errorf("%s delivered again as a first attempt: doubled", id)
+			}
+			redelivered++
+		}
+	}
+	t.Logf("%d occurrences of %d schedules in %s, %d redelivered after the kills; %d scanners run", len(w.got), len(specs), to.Sub(from).Round(time.Second), redelivered, len(scanners))
+}
+
+// missingOccurrences says which schedules lack an occurrence between
+// their first one after from and their last one before to - 1 s ("" when
+// none does).
+func (w *world) missingOccurrences(specs map[string]string, from, to time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	byName := map[string][]int64{}
+	for id := range w.got {
+		name, msText, ok := strings.Cut(id, "@")
+		if _, known := specs[name]; !ok || !known {
+			continue
+		}
+		var ms int64
+		fmt.Sscan(msText, &ms)
+		byName[name] = append(byName[name], ms)
+	}
+	var miss []string
+	for name, spec := range specs {
+		step := int64(1000)
+		if spec != "@every 1s" {
+			step = 2000
+		}
+		got := map[int64]bool{}
+		first := int64(-1)
+		for _, ms := range byName[name] {
+			got[ms] = true
+			if ms >= from.UnixMilli() && (first < 0 || ms < first) {
+				first = ms
+			}
+		}
+		if first < 0 || first > from.UnixMilli()+step {
+			miss = append(miss, fmt.Sprintf("%s: no occurrence at the start (first %d)", name, first))
+			continue
+		}
+		for ms := first; ms <= to.Add(-time.Second).UnixMilli(); ms += step {
+			if !got[ms] {
+				miss = append(miss, fmt.Sprintf("%s@%d", name, ms))
+			}
+		}
+	}
+	if len(miss) > 10 {
+		return fmt.Sprintf("%d missing, e.g. %v", len(miss), miss[:10])
+	}
+	if len(miss) > 0 {
+		return fmt.Sprintf("missing: %v", miss)
+	}
+	return ""
 }
