@@ -229,3 +229,93 @@ func TestScheduleChangesNeverDoubleOrDrop(t *testing.T) {
 	}
 	f.waitAll(load, 30*time.Second)
 }
+
+// Daylight saving through the whole path (schedule, fleet, broker): each
+// schedule's chain starts just before a change of 2026 (it is resumed
+// with its last occurrence set back to then, and a grace longer than
+// that, so nothing counts as missed) and runs up to now as fast as the
+// fleet fires; the occurrences around the change are the instants
+// written by hand (zdump, see package schedule's tests).
+func TestScheduleDaylightSavingThroughTheFleet(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, scanner.Config{Goroutines: 8}, rabbit.URL)
+	msg := shard.Message{Exchange: f.exchange, RoutingKey: "rk"}
+	utc := func(s string) int64 {
+		u, err := time.Parse("2006-01-02 15:04", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.UnixMilli()
+	}
+	cases := []struct {
+		name, zone, spec, from, to string
+		want                       []string
+	}{
+		{"ny-spring", "America/New_York", "30 2 * * *", "2026-03-06 12:00", "2026-03-10 00:00",
+			[]string{"2026-03-07 07:30", "2026-03-08 07:00", "2026-03-09 06:30"}},
+		{"ny-fall", "America/New_York", "*/15 * * * *", "2026-11-01 04:40", "2026-11-01 07:20",
+			[]string{"2026-11-01 04:45", "2026-11-01 05:00", "2026-11-01 05:15", "2026-11-01 05:30", "2026-11-01 05:45", "2026-11-01 07:00", "2026-11-01 07:15"}},
+		{"berlin-fall", "Europe/Berlin", "0 * * * *", "2026-10-24 23:30", "2026-10-25 03:30",
+			[]string{"2026-10-25 00:00", "2026-10-25 02:00", "2026-10-25 03:00"}},
+		{"lordhowe-spring", "Australia/Lord_Howe", "*/15 * * * *", "2026-10-03 15:20", "2026-10-03 16:00",
+			[]string{"2026-10-03 15:30", "2026-10-03 15:45", "2026-10-03 16:00"}},
+		{"santiago-spring", "America/Santiago", "0 0 * * *", "2026-09-04 12:00", "2026-09-07 12:00",
+			[]string{"2026-09-05 04:00", "2026-09-06 04:00", "2026-09-07 03:00"}},
+	}
+	for _, c := range cases {
+		info, err := f.prod.UpsertSchedule(t.Context(), shard.Schedule{Name: c.name, Spec: c.spec, Zone: c.zone,
+			Grace: 400 * 24 * time.Hour, Message: msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.PauseSchedule(t.Context(), c.name); err != nil {
+			t.Fatal(err)
+		}
+		if err := redisSrv.Client(t).HSet(t.Context(), shard.ScheduleKey(f.ns, info.Shard, c.name), "last_ms", utc(c.from)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.store.ResumeSchedule(t.Context(), c.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cases {
+		shardtest.WaitFor(t, 30*time.Second, func() bool {
+			occ := f.occurrences(c.name)
+			return len(occ) > 0 && occ[len(occ)-1] > utc(c.to)
+		}, func() string { return c.name + ": the chain did not pass " + c.to })
+		if err := f.store.DeleteSchedule(t.Context(), c.name); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ms := range f.occurrences(c.name) {
+			if ms > utc(c.from) && ms <= utc(c.to) {
+				got = append(got, time.UnixMilli(ms).UTC().Format("2006-01-02 15:04"))
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s (%s in %s): %v, want %v", c.name, c.spec, c.zone, got, c.want)
+		}
+	}
+}
+
+// In real time, in a zone half an hour off UTC: a six-field spec naming
+// a wall-clock second a few seconds from now fires at that instant.
+func TestScheduleFiresAtItsWallClockInRealTime(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 2, scanner.Config{Goroutines: 4}, rabbit.URL)
+	loc, err := time.LoadLocation("Asia/Kolkata") // +05:30
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).In(loc)
+	spec := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
+	if _, err := f.prod.UpsertSchedule(t.Context(), shard.Schedule{Name: "kolkata", Spec: spec, Zone: "Asia/Kolkata",
+		Message: shard.Message{Exchange: f.exchange, RoutingKey: "rk"}}); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 15*time.Second, func() bool { return len(f.occurrences("kolkata")) == 1 },
+		func() string { return "the occurrence at " + at.Format(time.RFC3339) + " did not arrive" })
+	if occ := f.occurrences("kolkata"); occ[0] != at.UnixMilli() {
+		t.Fatalf("fired for %s, want %s", time.UnixMilli(occ[0]).In(loc), at)
+	}
+}
