@@ -42,6 +42,7 @@ func metricNames(t *testing.T) map[string]bool {
 	scanner.NewShardCollector(nil, nil).Describe(descs)
 	scanner.NewFlowCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
+	scanner.NewScheduleCollector(nil).Describe(descs)
 	// The ingress's vectors, and the flow vectors, have no sample until a
 	// message comes.
 	im := ingress.NewMetrics(nil)

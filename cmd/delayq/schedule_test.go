@@ -116,6 +116,13 @@ func TestSchedulesSurviveKillsAndAResize(t *testing.T) {
 	scanners = append(scanners, w.scan())
 	at(run)
 	to := time.Now()
+	scraped := scanners[len(scanners)-1].scrape(t)
+	for _, want := range []string{`delayq_schedules{namespace="` + w.ns + `"} 250`, `delayq_schedules_up{namespace="` + w.ns + `"} 1`,
+		"delayq_schedule_occurrences_total "} {
+		if !strings.Contains(scraped, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	for name := range specs {
 		if _, e, code := w.delayq("", "schedule", "delete", name); code != 0 {
 			t.Fatalf("delete %s: %s", name, e)
