@@ -295,6 +295,39 @@ func TestConsoleInABrowser(t *testing.T) {
 	if done, row := text("done"), text("flows"); done != "sms: limit 200/s burst 20" || strings.Contains(row, "mail") {
 		t.Errorf("after the resume: %q\n%s", done, row)
 	}
+	// Schedules: the list with each next occurrence in its zone, one's
+	// preview, pause and resume, a delete asked first.
+	for _, args := range [][]string{{"nightly", "30 2 * * *", "--zone", "America/New_York"}, {"weekly", "@weekly", "--zone", "Europe/Berlin"}} {
+		if _, e, code := w.delayq("", append([]string{"schedule", "set"}, append(args, "--topic", "order.cancel")...)...); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	do(chromedp.Click(chromedp.ID("nav-schedules")), chromedp.WaitVisible(chromedp.ID("schedule-nightly")))
+	if row := text("schedule-nightly"); !strings.Contains(row, "30 2 * * *") || !strings.Contains(row, "T02:30:00-05:00") {
+		t.Errorf("the schedules page shows nightly as:\n%s", row)
+	}
+	screenshot("console-schedules.png")
+	do(chromedp.Click(chromedp.CSS(`#schedule-nightly a`)), chromedp.WaitVisible(chromedp.ID("preview")))
+	if p := text("preview"); strings.Count(p, "T02:30:00-05:00") < 3 || !strings.Contains(p, "nightly@") {
+		t.Errorf("nightly's preview:\n%s", p)
+	}
+	do(chromedp.Navigate(base+"/schedules"), chromedp.WaitVisible(chromedp.ID("schedules")),
+		chromedp.Click(chromedp.CSS(`#schedule-nightly .pause`)), chromedp.WaitVisible(chromedp.CSS(`#schedule-nightly .resume`)))
+	if done := text("done"); done != "nightly: paused" {
+		t.Errorf("after the pause: %q", done)
+	}
+	do(chromedp.Click(chromedp.CSS(`#schedule-nightly .resume`)), chromedp.WaitVisible(chromedp.CSS(`#schedule-nightly .pause`)))
+	if done := text("done"); !strings.HasPrefix(done, "nightly: running, next ") {
+		t.Errorf("after the resume: %q", done)
+	}
+	do(chromedp.Click(chromedp.CSS(`#schedule-nightly .delete`)), chromedp.WaitVisible(chromedp.ID("confirm")))
+	if q := text("question"); q != "Delete schedule nightly?" {
+		t.Errorf("the delete asks %q", q)
+	}
+	do(chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("done")))
+	if done, list := text("done"), text("schedules"); done != "nightly: deleted" || strings.Contains(list, "nightly") || !strings.Contains(list, "weekly") {
+		t.Errorf("after the delete: %q\n%s", done, list)
+	}
 	// A read token sees the dead list but has no buttons to change it.
 	do(chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),
@@ -310,6 +343,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	if buttons != 0 {
 		t.Errorf("a read-only session sees %d flow buttons", buttons)
 	}
+	do(chromedp.Navigate(base+"/schedules"), chromedp.WaitVisible(chromedp.ID("schedules")))
+	buttons, err = chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("button[name=action]").length`))
+	must(t, err)
+	if buttons != 0 {
+		t.Errorf("a read-only session sees %d schedule buttons", buttons)
+	}
 	// On a phone's screen every page fits its width (wide tables scroll
 	// inside their box), also a message with a 64-character id and a W3C
 	// traceparent header.
@@ -319,7 +358,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(e)
 	}
 	do(chromedp.EmulateViewport(390, 844))
-	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/flows", "/messages?id=lost-1", "/messages?id=" + traced} {
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/flows", "/schedules", "/schedules?name=weekly", "/messages?id=lost-1", "/messages?id=" + traced} {
 		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		must(t, err)

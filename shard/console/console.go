@@ -89,6 +89,7 @@ func New(o Options) (*Console, error) {
 		"when":   func(t any) timeView { return timeOf(t, "ago") },
 		"due":    func(t any) timeView { return timeOf(t, "overdue") },
 		"plural": plural,
+		"msSec":  func(ms int64) float64 { return float64(ms) / 1000 },
 	}).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console templates: %w", err)
@@ -121,6 +122,8 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))
 	c.mux.HandleFunc("GET /flows", c.page(httpapi.RoleRead, c.flows))
 	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleAdmin, c.flowAction))
+	c.mux.HandleFunc("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
+	c.mux.HandleFunc("POST /schedules", c.page(httpapi.RoleAdmin, c.scheduleAction))
 	return c, nil
 }
 

@@ -90,6 +90,15 @@ type Occurrence struct {
 	ID    string `json:"id"`    // its message id
 }
 
+// ReadSchedule returns schedule name.
+func (a *API) ReadSchedule(ctx context.Context, name string) (Schedule, error) {
+	info, err := a.o.Store.ScheduleInfo(ctx, name)
+	if err != nil {
+		return Schedule{}, err
+	}
+	return ScheduleOf(info), nil
+}
+
 // ReadSchedules lists the schedules.
 func (a *API) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 	infos, err := a.o.Store.Schedules(ctx)
