@@ -22,23 +22,24 @@ import "github.com/redis/go-redis/v9"
 // Returns how many it created.
 const addOccurrences = `
 local function add_occurrences(a, n, w)
-  local before = redis.call('ZRANGE', KEYS[2], '0', '0', 'WITHSCORES')
-  local made = 0
+  local made = {}
   for j = 0, n - 1 do
     local id, due, env = ARGV[a + 3 * j], tonumber(ARGV[a + 3 * j + 1]), ARGV[a + 3 * j + 2]
     if redis.call('HSETNX', KEYS[3], id, env) == 1 then
       redis.call('ZADD', KEYS[2], due, id)
-      made = made + 1
+      made[id] = due
     end
   end
-  if made > 0 then
-    redis.call('HINCRBY', KEYS[6], 'enqueued', made)
-    local head = redis.call('ZRANGE', KEYS[2], '0', '0', 'WITHSCORES')
-    if head[1] and (not before[1] or tonumber(head[2]) < tonumber(before[2])) then
-      redis.call('PUBLISH', ARGV[w], ARGV[w + 1] .. ':' .. string.format('%d', tonumber(head[2])))
+  local head = redis.call('ZRANGE', KEYS[2], '0', '0')
+  local count = 0
+  for _ in pairs(made) do count = count + 1 end
+  if count > 0 then
+    redis.call('HINCRBY', KEYS[6], 'enqueued', count)
+    if head[1] and made[head[1]] then
+      redis.call('PUBLISH', ARGV[w], ARGV[w + 1] .. ':' .. string.format('%d', made[head[1]]))
     end
   end
-  return made
+  return count
 end
 `
 
@@ -156,17 +157,19 @@ else
 end
 if count > 0 then missed = math.max(0, math.min(missed, count - fired)) end
 local first = n - (has_next and 1 or 0) - missed
-add_occurrences(10 + 3 * first, missed, 7)
+if missed > 0 then add_occurrences(10 + 3 * first, missed, 7) end
 fired = fired + missed
-redis.call('HSET', KEYS[1], 'fired', fired)
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'last_ms', ARGV[6]) end
-redis.call('HINCRBY', KEYS[1], 'skipped', tonumber(ARGV[5]))
+if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[1], 'skipped', tonumber(ARGV[5])) end
+local pending, next_ms = '', ''
 if has_next and (count == 0 or fired < count) then
   local a = 10 + 3 * (n - 1)
   add_occurrences(a, 1, 7)
-  redis.call('HSET', KEYS[1], 'pending', ARGV[a], 'next_ms', ARGV[a + 1])
+  pending, next_ms = ARGV[a], ARGV[a + 1]
+end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'fired', fired, 'pending', pending, 'next_ms', next_ms, 'last_ms', ARGV[6])
 else
-  redis.call('HSET', KEYS[1], 'pending', '', 'next_ms', '')
+  redis.call('HSET', KEYS[1], 'fired', fired, 'pending', pending, 'next_ms', next_ms)
 end
 return {1}
 `)

@@ -44,6 +44,7 @@ type config struct {
 	only        map[string]bool // scenarios to run; empty: all
 
 	consolePending int
+	schedules      int      // recurring schedules of the schedules scenario
 	profileDir     string   // when set, the steady and saturated runs save the scanners' profiles and Redis's stats there
 	scannerEnv     []string // extra environment of every scanner process (NAME=value)
 	before         string   // the flow scenario's A/B: the delayq binary built before flow control
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&c.profileDir, "profile", "", "steady and saturated runs: save each scanner's CPU and block profiles over the stationary window "+
 		"(the first 2 s of a drain), and Redis's commandstats and latency events, in this directory")
 	flag.IntVar(&c.consolePending, "console-pending", 10_000_000, "pending messages (over 256 shards) behind the console and API timings")
+	flag.IntVar(&c.schedules, "schedules", 100_000, "recurring schedules firing every minute in the schedules scenario")
 	flag.IntVar(&c.backlog, "backlog", 60_000, "messages of the saturated-dispatch runs")
 	flag.IntVar(&c.rounds, "rounds", 3, "saturated drains per claim batch, each compared with the ceilings measured right before and right after it; the median decides")
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
@@ -71,7 +73,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
 	flag.StringVar(&c.before, "before", "", "flow scenario: a delayq binary of the build before flow control, for the A/B with no limit set "+
@@ -107,6 +109,7 @@ func main() {
 		c.steadyFor, c.idleFor = 6*time.Second, 10*time.Second
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
 		c.consolePending = 200_000
+		c.schedules = 10_000
 		c.scanners = []int{1, 2}
 		explicit := false // an explicit -rounds still counts
 		flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rounds" })
@@ -162,6 +165,7 @@ type results struct {
 	Ingress   *ingressResult    `json:"ingress,omitempty"`
 	Console   *consoleResult    `json:"console,omitempty"`
 	Flow      *flowResult       `json:"flow,omitempty"`
+	Schedules *schedulesResult  `json:"schedules,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -262,6 +266,15 @@ func (r *results) print(w *os.File) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", name, strings.Join(p99, " "), strings.Join(claim, " "), strings.Join(confirm, " "))
 		}
+	}
+	if sc := r.Schedules; sc != nil && sc.CPU != nil && sc.CPUOneOff != nil {
+		fmt.Fprintf(tw, "\nRECURRING SCHEDULES (%d firing every %s, %.0f/s, 2 scanners, k=1; one-offs at the same rate)\tper occurrence\tper one-off\tratio\t\n",
+			sc.Schedules, sc.Every, sc.Rate)
+		fmt.Fprintf(tw, "CPU of the whole machine (µs)\t%.1f\t%.1f\t%.2f\t\n", sc.CPU.TotalBusy*sc.Window.Seconds()*1e6/float64(sc.Occurrences),
+			sc.CPUOneOff.TotalBusy*sc.Window.Seconds()*1e6/float64(sc.OneOffs), sc.CPURatio)
+		fmt.Fprintf(tw, "Redis commands (scripts' calls included)\t%.1f\t%.1f\t%.2f\t\n", sc.Cmds, sc.CmdsOneOff, sc.CmdsRatio)
+		fmt.Fprintf(tw, "lateness p50 / p99 / max\t%s / %s / %s\tp99 %s\t\t\n", ms(sc.P50), ms(sc.P99), ms(sc.Max), ms(sc.OneOffP99))
+		fmt.Fprintf(tw, "created in\t%s\t\t\t\n", sc.Created.Round(time.Millisecond))
 	}
 	if bk := r.Bulk; bk != nil {
 		fmt.Fprintln(tw, "\nBULK CANCEL (by id prefix)\t\t")

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -492,12 +492,23 @@ func (t *tally) waitFor(ctx context.Context, n int, timeout time.Duration) bool 
 }
 
 func (t *tally) quantiles() (p50, p99, p999, max time.Duration) {
+	return t.quantilesBetween(time.Time{}, time.Time{})
+}
+
+// quantilesBetween is quantiles of the first deliveries received in
+// [from, to) (zero times: no bound).
+func (t *tally) quantilesBetween(from, to time.Time) (p50, p99, p999, max time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.late) == 0 {
+	var s []time.Duration
+	for j, l := range t.late {
+		if at := t.at[j]; (from.IsZero() || !at.Before(from)) && (to.IsZero() || at.Before(to)) {
+			s = append(s, l)
+		}
+	}
+	if len(s) == 0 {
 		return
 	}
-	s := slices.Clone(t.late)
 	slices.Sort(s)
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return q(0.5), q(0.99), q(0.999), s[len(s)-1]
@@ -1262,6 +1273,13 @@ func (b *bench) targets() {
 		say("flow: an unlimited topic's p99 (medians): %s beside the limited drain, %s beside the same work unlimited, %s alone",
 			ms(f.UnlimitedP99), ms(f.UnlimitedBesideSameLoad), ms(f.UnlimitedAlone))
 		early += f.Early
+	}
+	if sc := r.Schedules; sc != nil && sc.CPU != nil && sc.CPUOneOff != nil {
+		r.check(fmt.Sprintf("recurring schedules: CPU per occurrence (%d every %s)", sc.Schedules, sc.Every), sc.CPURatio <= 1.5,
+			fmt.Sprintf("%.2fx a one-off message's", sc.CPURatio), "<= 1.5x")
+		r.check("recurring schedules: Redis commands per occurrence", sc.CmdsRatio <= 1.5,
+			fmt.Sprintf("%.2fx a one-off message's (%.1f and %.1f)", sc.CmdsRatio, sc.Cmds, sc.CmdsOneOff), "<= 1.5x")
+		early += sc.Early
 	}
 	r.check("no message early, ever", early == 0, fmt.Sprintf("%d early", early), "0")
 	for _, bu := range r.Burst {
