@@ -120,6 +120,55 @@ func TestScriptsOnCluster(t *testing.T) {
 	if occ, err := st.Occupied(ctx, 0, m); err != nil || len(occ) != m {
 		t.Fatalf("occupied across masters: %v %v", occ, err)
 	}
+
+	// Recurring schedules: the registry in the namespace's slot, each
+	// schedule and its occurrences in its shard's; fired, listed, paused,
+	// resumed and deleted across the masters.
+	for j := range 12 {
+		if _, err := prod.UpsertSchedule(ctx, shard.Schedule{Name: fmt.Sprintf("sc%d", j), Spec: "@every 1s",
+			Message: shard.Message{Topic: "t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fired := map[string]bool{}
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		for i := range m {
+			r, err := st.Claim(ctx, i, 8, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range r.Msgs {
+				env, err := shard.DecodeEnvelope(c.Envelope)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := st.FireOccurrence(ctx, i, &c, &env, r.NowMs)
+				if err != nil || !f.Publish {
+					t.Fatalf("fire %s: %+v %v", c.ID, f, err)
+				}
+				fired[env.Occurrence.Schedule] = true
+			}
+		}
+		return len(fired) == 12
+	}, func() string { return fmt.Sprintf("%d of 12 schedules fired", len(fired)) })
+	list, err := st.Schedules(ctx)
+	if err != nil || len(list) != 12 {
+		t.Fatalf("schedules across masters: %d %v", len(list), err)
+	}
+	for _, info := range list {
+		if info.Fired < 1 || info.Pending == "" {
+			t.Errorf("%s after firing: %+v", info.Name, info)
+		}
+	}
+	if _, err := st.PauseSchedule(ctx, "sc3"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.ResumeSchedule(ctx, "sc3"); err != nil || info.Pending == "" {
+		t.Fatalf("resume on a cluster: %+v %v", info, err)
+	}
+	if err := st.DeleteSchedule(ctx, "sc3"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nodeOf returns the address of the master serving slot.

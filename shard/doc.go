@@ -147,8 +147,11 @@
 //
 // Not guaranteed: an occurrence is found by id (Cancel, Inspect) only in
 // its schedule's shard, which its id does not hash to; the schedule's
-// operations reach it. A schedule's occurrences are not rate limited as a
-// group beyond their topic's limit.
+// operations reach it. Removing a schedule's pending occurrence by other
+// means (a bulk cancel matching name@) stops the schedule until it is set
+// again (UpsertSchedule finds its pending occurrence gone and makes the
+// next). A schedule's occurrences are not rate limited as a group beyond
+// their topic's limit.
 //
 // # Flow control at release
 //
