@@ -154,8 +154,8 @@ func TestScheduleResumePolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 		due := 0
-		ids, err := b.rdb.ZRangeByScore(b.ctx, shard.ShardKeys(b.store.Namespace(), info.Shard).Due,
-			&redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10)}).Result()
+		ids, err := b.rdb.ZRangeArgs(b.ctx, redis.ZRangeArgs{Key: shard.ShardKeys(b.store.Namespace(), info.Shard).Due,
+			ByScore: true, Start: "-inf", Stop: strconv.FormatInt(time.Now().UnixMilli(), 10)}).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
