@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 
@@ -164,6 +165,9 @@ type Deps struct {
 	Now       func() time.Time // default time.Now
 	// Metrics, when set, are updated as messages move (NewMetrics).
 	Metrics *Metrics
+	// Tracer, when set, gives each message a publish span (trace.go;
+	// tracing.Setup makes it from the OTEL_* variables). nil: no spans.
+	Tracer trace.Tracer
 }
 
 // Counts are a scanner's running totals.
@@ -542,27 +546,30 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 	w := s.windowOf(held)
 	for j := range msgs {
 		c := &msgs[j]
-		m, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
+		m, span, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
 		switch {
 		case errors.Is(err, errNotToPublish): // a missed occurrence its schedule skips, or one another scanner has
 			w.Release(1)
 			continue
 		case dead != nil:
 			s.undeliverable(ctx, i, c, *dead)
+			endSpan(span, dead.event(), dead.text, !dead.refused && dead.label != ReasonExpired)
 			w.Release(1)
 			continue
 		case err != nil:
 			s.release(ctx, i, c, err)
+			endSpan(span, "released for a retry", err.Error(), false)
 			w.Release(1)
 			continue
 		}
 		f, err := s.d.Publisher.Publish(pctx, m)
 		if err != nil {
 			s.release(ctx, i, c, err)
+			endSpan(span, "released for a retry", err.Error(), false)
 			w.Release(1)
 			continue
 		}
-		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now(), held: held}
+		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now(), held: held, span: span}
 	}
 }
 
@@ -588,17 +595,29 @@ type deadReason struct {
 	refused     bool
 }
 
+// event names what happens to the message, for its publish span.
+func (d *deadReason) event() string {
+	switch {
+	case d.label == ReasonExpired:
+		return "expired"
+	case d.refused:
+		return "refused"
+	}
+	return "dead-lettered"
+}
+
 // prepare turns a message claimed at nowMs (released by its topic's flow
-// control at releasedMs, 0 if not held) into a publish. A non-nil dead
-// means it can never be published (dead-letter); an error means not now
-// (release).
-func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, *deadReason, error) {
+// control at releasedMs, 0 if not held) into a publish, and starts its
+// publish span (nil when tracing is off; the caller ends it). A non-nil
+// dead means it can never be published (dead-letter); an error means not
+// now (release).
+func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, trace.Span, *deadReason, error) {
 	if c.Envelope == nil {
-		return publisher.Message{}, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
+		return publisher.Message{}, nil, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
-		return publisher.Message{}, &deadReason{ReasonCorrupt, err.Error(), false}, nil
+		return publisher.Message{}, nil, &deadReason{ReasonCorrupt, err.Error(), false}, nil
 	}
 	if env.Occurrence.Schedule != "" {
 		// Fired before anything else, so the schedule goes on whatever
@@ -607,28 +626,29 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		s.d.Metrics.OccurrencesSkipped.Add(float64(f.Skipped))
 		switch {
 		case err != nil && !f.Publish:
-			return publisher.Message{}, nil, err // released: due again shortly
+			return publisher.Message{}, nil, nil, err // released: due again shortly
 		case err != nil:
 			s.errLog.warn("fire an occurrence of a schedule", err)
 		case !f.Publish:
-			return publisher.Message{}, nil, errNotToPublish
+			return publisher.Message{}, nil, nil, errNotToPublish
 		}
 		s.d.Metrics.Occurrences.Inc()
 	}
+	span := s.startPublishSpan(c, &env, i, nowMs)
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
-		return publisher.Message{}, &deadReason{ReasonNoRoute, err.Error(), false}, nil
+		return publisher.Message{}, span, &deadReason{ReasonNoRoute, err.Error(), false}, nil
 	}
 	why, expired := env.Expired(c.DueMs, nowMs)
 	if expired && dest.Expired != router.ExpiredPublish {
-		return publisher.Message{}, &deadReason{ReasonExpired, why, false}, nil
+		return publisher.Message{}, span, &deadReason{ReasonExpired, why, false}, nil
 	}
 	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
 	if err != nil {
-		return publisher.Message{}, nil, err
+		return publisher.Message{}, span, nil, err
 	}
 	if !ok {
-		return publisher.Message{}, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
+		return publisher.Message{}, span, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
 	}
 	h := make(amqp.Table, len(env.Headers)+5)
 	for _, kv := range env.Headers {
@@ -652,6 +672,7 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		h[shard.HeaderSchedule] = o.Schedule
 		h[shard.HeaderNominalMs] = o.NominalMs
 	}
+	routed(span, dest.Exchange, dest.RoutingKey, h)
 	p := env.Properties
 	ts := p.Timestamp
 	if ts.IsZero() {
@@ -662,7 +683,7 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		ContentType: env.ContentType, ContentEncoding: p.ContentEncoding, CorrelationID: p.CorrelationID,
 		ReplyTo: p.ReplyTo, Expiration: p.Expiration, Type: p.Type, AppID: p.AppID, Priority: p.Priority,
 		DeliveryMode: p.DeliveryMode, Headers: h, Body: env.Body, Timestamp: ts,
-	}, nil, nil
+	}, span, nil, nil
 }
 
 // undeliverable settles a message that could not be published for why: a

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/shard"
 )
@@ -17,7 +19,8 @@ type sent struct {
 	confirm   *publisher.Confirm
 	deadline  time.Time // publish + confirm must be done by then, else release
 	published time.Time
-	held      string // the topic whose releaser let it go, "" when a claim took it
+	held      string     // the topic whose releaser let it go, "" when a claim took it
+	span      trace.Span // its publish span; nil when tracing is off
 }
 
 // settle waits for confirms and settles each message: ack (batched) on
@@ -63,12 +66,16 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 				s.d.Metrics.Redelivered.Inc()
 			}
 			s.acks.add(m.shard, m.c.Lease)
+			endSpan(m.span, "", "", false)
 		case errors.Is(err, publisher.ErrReturned):
 			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error(), true})
+			endSpan(m.span, "refused", err.Error(), false)
 		case errors.Is(err, publisher.ErrNacked):
 			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonNacked, err.Error(), true})
+			endSpan(m.span, "refused", err.Error(), false)
 		default:
 			s.release(ctx, m.shard, &m.c, err)
+			endSpan(m.span, "released for a retry", err.Error(), false)
 		}
 		s.windowOf(m.held).Release(1) // this message no longer counts against its window
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/delayq/delayq/shard/tracing"
 )
 
 // ShardCounter tells producers how many shards to write to. balance
@@ -199,7 +201,7 @@ func (p *Producer) Upsert(ctx context.Context, m Message) (Scheduled, error) {
 }
 
 func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Scheduled, error) {
-	pm, err := p.prepare(&m)
+	pm, err := p.prepare(ctx, &m)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -233,7 +235,13 @@ type prepared struct {
 	enc      encodedMessage
 }
 
-func (p *Producer) prepare(m *Message) (prepared, error) {
+// prepare checks and encodes m, with the trace context of ctx as its
+// traceparent and tracestate headers unless it has its own (package
+// tracing: a malformed one is dropped).
+func (p *Producer) prepare(ctx context.Context, m *Message) (prepared, error) {
+	traced := *m
+	traced.Headers = tracing.Capture(ctx, m.Headers)
+	m = &traced
 	env, err := m.envelope(p.maxBody, p.now())
 	if err != nil {
 		return prepared{}, err
@@ -284,7 +292,7 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 	var batchErr error
 	for i := range msgs {
 		res[i].ID = msgs[i].ID
-		pm, err := p.prepare(&msgs[i])
+		pm, err := p.prepare(ctx, &msgs[i])
 		if err != nil {
 			res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
 			continue

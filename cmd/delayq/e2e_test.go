@@ -79,10 +79,11 @@ type world struct {
 }
 
 type received struct {
-	at         time.Time
-	dueMs      int64
-	attempt    int32
-	releasedMs int64 // x-delayq-released-ms, 0 if none
+	at          time.Time
+	dueMs       int64
+	attempt     int32
+	releasedMs  int64 // x-delayq-released-ms, 0 if none
+	traceparent string
 }
 
 func newWorld(t *testing.T, shards int, extraEnv ...string) *world {
@@ -147,8 +148,9 @@ func (w *world) record(conn *amqp.Connection, ch *amqp.Channel) {
 			due, _ := msg.Headers[shard.HeaderDueMs].(int64)
 			att, _ := msg.Headers[shard.HeaderAttempt].(int32)
 			rel, _ := msg.Headers[shard.HeaderReleasedMs].(int64)
+			tp, _ := msg.Headers["traceparent"].(string)
 			w.mu.Lock()
-			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att, releasedMs: rel})
+			w.got[msg.MessageId] = append(w.got[msg.MessageId], received{at: time.Now(), dueMs: due, attempt: att, releasedMs: rel, traceparent: tp})
 			w.mu.Unlock()
 			_ = msg.Ack(false)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/tracing"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -65,6 +66,7 @@ func enqueueFlags() (*flag.FlagSet, *enqueueOpts) {
 }
 
 func runEnqueue(ctx context.Context, e *env, args []string) int {
+	ctx = tracing.FromEnv(ctx) // TRACEPARENT, TRACESTATE: the caller's trace
 	fs, o := enqueueFlags()
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil || len(pos) > 0 {

@@ -109,8 +109,8 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	// they stop in reverse: readiness off, out of the Consul catalog, the
 	// ingress (a Redis write under way finishes and is acked; the broker
 	// keeps the rest), the scanner settles what it claimed, the ops listener, the layout and
-	// the Consul watch, the publisher, the Redis settings watch. Redis
-	// closes last (deferred above).
+	// the Consul watch, the publisher, tracing (flushes the spans in hand),
+	// the Redis settings watch. Redis closes last (deferred above).
 	ps := &parts{}
 	stop := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
@@ -131,6 +131,10 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return e.fail("scan", err)
 	}
 	if err := ps.start(ctx, "redis settings watch", newRedisWatch(st, c.RedisAllowEviction, c.RedisCheckEvery, redisProblems, e.log)); err != nil {
+		return e.fail("scan", err)
+	}
+	tr := &tracer{service: "delayq-scanner"}
+	if err := ps.start(ctx, "tracing", tr); err != nil {
 		return e.fail("scan", err)
 	}
 	if err := ps.start(ctx, "publisher", pub); err != nil {
@@ -165,7 +169,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	}
 	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
-		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics,
+		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics, Tracer: tr.t,
 	})
 	if err != nil {
 		return startFailed(err)

@@ -16,9 +16,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/tracing"
 )
 
 // Options configure an API.
@@ -291,7 +293,7 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request) {
 		a.badMessage(w, err)
 		return
 	}
-	s, err := a.o.Producer.Enqueue(r.Context(), m)
+	s, err := a.o.Producer.Enqueue(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), m)
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -375,7 +377,7 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(msgs) > 0 {
-		res, _ := a.o.Producer.EnqueueBatch(r.Context(), msgs)
+		res, _ := a.o.Producer.EnqueueBatch(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), msgs)
 		for j, br := range res {
 			it := &items[index[j]]
 			it.ID = br.ID

@@ -1,0 +1,89 @@
+package scanner
+
+import (
+	"context"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/tracing"
+)
+
+// Tracing at publish (package tracing has the design): a message claimed
+// by a scanner with a Tracer gets a publish span, a new trace linked to
+// the producer's context stored in its headers; the span's own context
+// replaces it in the published headers. A nil span (tracing off) costs
+// nothing: every helper below checks for it.
+
+// startPublishSpan starts the publish span of claimed message c of shard
+// i, claimed at nowMs (Redis clock); nil when tracing is off.
+func (s *Scanner) startPublishSpan(c *shard.Claimed, env *shard.Envelope, i int, nowMs int64) trace.Span {
+	if s.d.Tracer == nil {
+		return nil
+	}
+	var tp, ts string
+	for _, h := range env.Headers {
+		switch h.Key {
+		case tracing.HeaderTraceparent:
+			tp, _ = h.Value.(string)
+		case tracing.HeaderTracestate:
+			ts, _ = h.Value.(string)
+		}
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", "rabbitmq"),
+		attribute.String("messaging.operation.type", "send"),
+		attribute.String("messaging.operation.name", "publish"),
+		attribute.String("messaging.message.id", c.ID),
+		attribute.Int("delayq.shard", i),
+		attribute.Int("delayq.attempt", c.Attempt),
+		attribute.Int64("delayq.scheduled_ms", c.DueMs),
+		attribute.Int64("delayq.lateness_ms", max(0, nowMs-c.DueMs)),
+	}
+	if env.Topic != "" {
+		attrs = append(attrs, attribute.String("delayq.topic", env.Topic))
+	}
+	if o := env.Occurrence; o.Schedule != "" {
+		attrs = append(attrs, attribute.String("delayq.schedule", o.Schedule))
+	}
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}
+	if link := tracing.Link(tp, ts); link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+	}
+	_, span := s.d.Tracer.Start(context.Background(), "publish", opts...)
+	return span
+}
+
+// routed names the span after its destination and puts the span's
+// context in the headers to publish.
+func routed(span trace.Span, exchange, routingKey string, h amqp.Table) {
+	if span == nil {
+		return
+	}
+	name := exchange
+	if name == "" {
+		name = "(default)"
+	}
+	span.SetName("publish " + name)
+	span.SetAttributes(attribute.String("messaging.destination.name", exchange),
+		attribute.String("messaging.rabbitmq.destination.routing_key", routingKey))
+	tracing.Inject(trace.ContextWithSpan(context.Background(), span), h)
+}
+
+// endSpan ends a publish span with an event saying how the message was
+// settled ("" for a plain confirm); failed marks the span's status.
+func endSpan(span trace.Span, event, detail string, failed bool) {
+	if span == nil {
+		return
+	}
+	if event != "" {
+		span.AddEvent(event, trace.WithAttributes(attribute.String("delayq.detail", detail)))
+	}
+	if failed {
+		span.SetStatus(codes.Error, event+": "+detail)
+	}
+	span.End()
+}
