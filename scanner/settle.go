@@ -58,7 +58,7 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
 			late := max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds())
 			if m.held == "" {
-				s.d.Metrics.Lateness.Observe(late)
+				observe(s.d.Metrics.Lateness, late, m.span)
 			} else { // the lateness its topic's limit or pause chose: apart
 				s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
 			}

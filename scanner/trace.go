@@ -3,6 +3,7 @@ package scanner
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -86,4 +87,16 @@ func endSpan(span trace.Span, event, detail string, failed bool) {
 		span.SetStatus(codes.Error, event+": "+detail)
 	}
 	span.End()
+}
+
+// observe records v in h, with the span's trace id as an exemplar when
+// there is a span (Prometheus shows exemplars in the OpenMetrics format).
+func observe(h prometheus.Histogram, v float64, span trace.Span) {
+	if span != nil {
+		if eo, ok := h.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": span.SpanContext().TraceID().String()})
+			return
+		}
+	}
+	h.Observe(v)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/delayq/delayq/shard/tracing"
 )
 
@@ -201,6 +203,10 @@ func (p *Producer) Upsert(ctx context.Context, m Message) (Scheduled, error) {
 }
 
 func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Scheduled, error) {
+	ctx, span := tracing.StartCreate(ctx, destinationOf(&m), 1)
+	if span != nil {
+		defer span.End()
+	}
 	pm, err := p.prepare(ctx, &m)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
@@ -233,6 +239,14 @@ type prepared struct {
 	shard    int
 	shardCap int // this shard's share of MaxPending, 0 = none
 	enc      encodedMessage
+}
+
+// destinationOf names where m goes, for its create span.
+func destinationOf(m *Message) string {
+	if m.Topic != "" {
+		return m.Topic
+	}
+	return m.Exchange
 }
 
 // prepare checks and encodes m, with the trace context of ctx as its
@@ -286,6 +300,12 @@ func (p *Producer) UpsertBatch(ctx context.Context, msgs []Message) ([]BatchResu
 }
 
 func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool) ([]BatchResult, error) {
+	if len(msgs) > 0 {
+		var span trace.Span
+		if ctx, span = tracing.StartCreate(ctx, destinationOf(&msgs[0]), len(msgs)); span != nil {
+			defer span.End()
+		}
+	}
 	res := make([]BatchResult, len(msgs))
 	preps := make([]prepared, len(msgs))
 	todo := make([]int, 0, len(msgs))

@@ -80,6 +80,12 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		_ = ln.Close()
 		return e.fail("serve", err)
 	}
+	// The API's enqueues make create spans when the OTEL_* variables turn
+	// tracing on; flushed after the listener stops.
+	if err := ps.start(ctx, "tracing", &tracer{service: "delayq-serve"}); err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
 	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
 		AllowEviction: c.RedisAllowEviction})
 	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,

@@ -95,7 +95,7 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 	w := newWorld(t, 4, "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.url, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=delayq-test")
 	w.consume()
 	in := newIngress(t, w)
-	w.scan(in.env)
+	scanner := w.scan(in.env)
 	base := w.serve(t)
 
 	// Each producer's own span context: a trace id per way in.
@@ -182,6 +182,19 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 		}
 	}
 
+	// The lateness histogram carries the publish spans' trace ids as
+	// exemplars (OpenMetrics).
+	req, err := http.NewRequest("GET", "http://"+scanner.metrics+"/metrics", nil)
+	must(t, err)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if !regexpMatch(`delayq_dispatch_lateness_seconds_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}"\}`, string(metrics)) {
+		t.Errorf("no lateness exemplar with a trace id in:\n%s", grepLines(string(metrics), "dispatch_lateness"))
+	}
+
 	// A refused publish (its exchange does not exist yet) is an event on
 	// its span; the retry, once the exchange is there, a span of its own.
 	missing := "later-" + w.ns
@@ -226,4 +239,15 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 	if quiet.requests != 0 {
 		t.Errorf("tracing off: %d export requests", quiet.requests)
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

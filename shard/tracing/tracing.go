@@ -93,6 +93,25 @@ func Inject(ctx context.Context, h amqp.Table) {
 	}
 }
 
+// StartCreate starts the producer's "create" span for messages to
+// destination (a topic, or an exchange), with the application's tracer
+// provider (the global one: a no-op unless the application set one up);
+// its context is what the messages carry. The caller ends it.
+func StartCreate(ctx context.Context, destination string, n int) (context.Context, trace.Span) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		// Not in a traced request: no span (as a no-op provider would).
+		return ctx, nil
+	}
+	attrs := []attribute.KeyValue{attribute.String("messaging.system", "rabbitmq"),
+		attribute.String("messaging.operation.type", "create"), attribute.String("messaging.operation.name", "create"),
+		attribute.String("messaging.destination.name", destination)}
+	if n > 1 {
+		attrs = append(attrs, attribute.Int("messaging.batch.message_count", n))
+	}
+	return otel.Tracer("github.com/delayq/delayq/shard").Start(ctx, "create "+destination,
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+}
+
 // Extract returns ctx carrying the remote span context that carrier
 // holds, read by the global propagator (W3C when the application chose
 // none). An HTTP request's headers: propagation.HeaderCarrier(r.Header).
