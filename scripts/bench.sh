@@ -16,6 +16,10 @@
 #                               flow control's cost with no limit set, A/B against
 #                               that revision's build (e.g. the commit before flow
 #                               control), and a limited topic beside an unlimited one
+#   BEFORE=<git revision> scripts/bench.sh -only tracing
+#                               tracing's cost when off, A/B against that revision
+#                               (e.g. the commit before tracing), and when on with
+#                               every message sampled and exported
 # Other flags go to delayq-bench (see: go run ./cmd/delayq-bench -h).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -73,10 +73,10 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules,tracing); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
-	flag.StringVar(&c.before, "before", "", "flow scenario: a delayq binary of the build before flow control, for the A/B with no limit set "+
+	flag.StringVar(&c.before, "before", "", "flow and tracing scenarios: a delayq binary of the build before the feature, for the A/B with it off "+
 		"(scripts/bench.sh builds it from BEFORE=<git revision>)")
 	flag.StringVar(&scannerEnv, "scanner-env", "", "comma-separated NAME=value pairs added to every scanner's environment "+
 		"(to compare settings: -scanner-env GOMAXPROCS=1,DELAYQ_GOROUTINES=64)")
@@ -166,6 +166,7 @@ type results struct {
 	Console   *consoleResult    `json:"console,omitempty"`
 	Flow      *flowResult       `json:"flow,omitempty"`
 	Schedules *schedulesResult  `json:"schedules,omitempty"`
+	Tracing   *tracingResult    `json:"tracing,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -276,6 +277,14 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "lateness p50 / p99 / max\t%s / %s / %s\tp99 %s\t\t\n", ms(sc.P50), ms(sc.P99), ms(sc.Max), ms(sc.OneOffP99))
 		fmt.Fprintf(tw, "created in\t%s\t\t\t\n", sc.Created.Round(time.Millisecond))
 	}
+	if tr := r.Tracing; tr != nil && len(tr.On) > 0 {
+		fmt.Fprintln(tw, "\nTRACING (saturated dispatch, k=1, one scanner; each round in turn)\tmsg/s, each round\tCPU a message (machine, median)\t")
+		fmt.Fprintf(tw, "off\t%s\t%.1f µs\t\n", rates(tr.OffA), tr.UsOff)
+		if len(tr.OffB) > 0 {
+			fmt.Fprintf(tw, "off, the build before\t%s\t\t\n", rates(tr.OffB))
+		}
+		fmt.Fprintf(tw, "on, every message sampled and exported (OTLP/HTTP)\t%s\t%.1f µs (+%.1f)\t\n", rates(tr.On), tr.UsOn, tr.UsOn-tr.UsOff)
+	}
 	if bk := r.Bulk; bk != nil {
 		fmt.Fprintln(tw, "\nBULK CANCEL (by id prefix)\t\t")
 		fmt.Fprintf(tw, "%d of %d pending: dry run, cancel\t%.2f s, %.2f s (%.0f cancelled/s, %.0f entries read/s)\t\n",
@@ -320,4 +329,13 @@ func ms(d time.Duration) string {
 		return fmt.Sprintf("%.1fms", float64(d)/1e6)
 	}
 	return d.Round(10 * time.Millisecond).String()
+}
+
+// rates prints msg/s figures.
+func rates(xs []float64) string {
+	out := make([]string, len(xs))
+	for j, x := range xs {
+		out[j] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(out, " ")
 }

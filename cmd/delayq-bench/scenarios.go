@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] {
 			continue
@@ -1280,6 +1280,10 @@ func (b *bench) targets() {
 		r.check("recurring schedules: Redis commands per occurrence", sc.CmdsRatio <= 1.5,
 			fmt.Sprintf("%.2fx a one-off message's (%.1f and %.1f)", sc.CmdsRatio, sc.Cmds, sc.CmdsOneOff), "<= 1.5x")
 		early += sc.Early
+	}
+	if tr := r.Tracing; tr != nil && tr.OffRatio > 0 {
+		r.check("tracing off: saturated dispatch against the build before", tr.OffRatio >= 0.95,
+			fmt.Sprintf("%.1f%% of it (medians of %d rounds)", 100*tr.OffRatio, len(tr.OffA)), ">= 95%")
 	}
 	r.check("no message early, ever", early == 0, fmt.Sprintf("%d early", early), "0")
 	for _, bu := range r.Burst {
