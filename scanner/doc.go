@@ -96,6 +96,20 @@
 // lateness alert does not fire for a limit the operator chose. The
 // routes file's rate and burst are stored at start (cmd/delayq).
 //
+// # Tracing
+//
+// With a Tracer (Deps.Tracer, from the OTEL_* variables), each claimed
+// message gets a publish span in a new trace linked to the producer's
+// context stored in its traceparent header (trace.go; the design is in
+// package tracing); the span's context replaces that header in what is
+// published, its events say how the message was settled, and the
+// lateness histogram carries its trace id as an exemplar. Without one,
+// nothing is started and the stored headers are published as they came.
+// Saturated dispatch with tracing off is 102 % of the build before
+// tracing; on, with every message sampled and exported, 80 % of it and
+// about 59 µs more CPU a message on the machine (scripts/bench.sh -only
+// tracing, BEFORE=the commit before, two shared cores, three rounds).
+//
 // # Guarantees
 //
 //   - Never early: the claim script compares due times with Redis TIME.
