@@ -212,6 +212,24 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("no refused event on retried's spans: %v", recv.publishSpans("retried"))
 	})
+	must(t, in.ch.ExchangeDeclare(missing, "direct", true, false, false, false, nil))
+	_, err = in.ch.QueueDeclare("q-"+missing, true, false, false, false, nil)
+	must(t, err)
+	must(t, in.ch.QueueBind("q-"+missing, "rk", missing, false, nil))
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		for _, s := range recv.publishSpans("retried") {
+			var attempt int64
+			for _, a := range s.Attributes {
+				if a.Key == "delayq.attempt" {
+					attempt = a.Value.GetIntValue()
+				}
+			}
+			if attempt >= 2 && len(s.Events) == 0 {
+				return true
+			}
+		}
+		return false
+	}, func() string { return "no span of retried's later attempt that was confirmed" })
 
 	// Tracing off: the same enqueue through a scanner without OTEL_*
 	// exports nothing, and the consumer gets the producer's traceparent.
