@@ -195,6 +195,19 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 		t.Errorf("no lateness exemplar with a trace id in:\n%s", grepLines(string(metrics), "dispatch_lateness"))
 	}
 
+	// A message that can never be published (no route for its topic) is
+	// dead-lettered: an event on its span, which ends in error.
+	_, err = prod.Enqueue(ctx, shard.Message{ID: "no-route", Topic: "nowhere", Delay: time.Millisecond})
+	must(t, err)
+	shardtest.WaitFor(t, 15*time.Second, func() bool {
+		for _, s := range recv.publishSpans("no-route") {
+			if len(s.Events) == 1 && s.Events[0].Name == "dead-lettered" && s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+				return true
+			}
+		}
+		return false
+	}, func() string { return fmt.Sprintf("no dead-lettered span: %v", recv.publishSpans("no-route")) })
+
 	// A refused publish (its exchange does not exist yet) is an event on
 	// its span; the retry, once the exchange is there, a span of its own.
 	missing := "later-" + w.ns
