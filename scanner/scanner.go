@@ -168,7 +168,15 @@ type Deps struct {
 	// Tracer, when set, gives each message a publish span (trace.go;
 	// tracing.Setup makes it from the OTEL_* variables). nil: no spans.
 	Tracer trace.Tracer
+	// AtStep, when set, is called at each step of a message's way where a
+	// crash test kills the process: StepFired (an occurrence of a
+	// schedule fired: its next one stored, itself not yet published).
+	// For tests; nil in production.
+	AtStep func(step string)
 }
+
+// The steps Deps.AtStep is called at.
+const StepFired = "fired"
 
 // Counts are a scanner's running totals.
 type Counts struct {
@@ -633,6 +641,9 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 			return publisher.Message{}, nil, nil, errNotToPublish
 		}
 		s.d.Metrics.Occurrences.Inc()
+		if s.d.AtStep != nil {
+			s.d.AtStep(StepFired)
+		}
 	}
 	span := s.startPublishSpan(c, &env, i, nowMs)
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)

@@ -167,10 +167,18 @@ func runScan(ctx context.Context, e *env, args []string) int {
 			return startFailed(err)
 		}
 	}
-	sc, err := scanner.New(c.scannerConfig(), scanner.Deps{
+	crash, err := crashPoint()
+	if err != nil {
+		return startFailed(err)
+	}
+	deps := scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
 		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics, Tracer: tr.t,
-	})
+	}
+	if crash != nil {
+		deps.AtStep = func(step string) { crash(ingress.Step(step)) }
+	}
+	sc, err := scanner.New(c.scannerConfig(), deps)
 	if err != nil {
 		return startFailed(err)
 	}
@@ -181,10 +189,6 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		var im *ingress.Metrics
 		if ops != nil {
 			im = ingress.NewMetrics(ops.reg)
-		}
-		crash, err := crashPoint()
-		if err != nil {
-			return startFailed(err)
 		}
 		prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
 			AllowEviction: c.RedisAllowEviction})
