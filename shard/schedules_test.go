@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,4 +217,53 @@ func mustZone(t *testing.T, z string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestDueProfile: messages at known times land in their buckets; the
+// overdue and in-flight ones are apart; bad arguments name the field.
+func TestDueProfile(t *testing.T) {
+	b := setup(t, 4)
+	now := time.Now()
+	next := now.Truncate(time.Minute).Add(time.Minute) // the start of bucket 1
+	var msgs []shard.Message
+	add := func(prefix string, n int, at time.Time) {
+		for j := range n {
+			msgs = append(msgs, shard.Message{ID: fmt.Sprintf("%s-%d", prefix, j), Topic: "t", At: at})
+		}
+	}
+	spike, later := next.Add(29*time.Minute+10*time.Second), next.Add(5*time.Minute) // a bucket's middle, its first instant
+	add("spike", 50, spike)
+	add("later", 7, later)
+	add("past", 3, now.Add(-time.Hour))
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.claimAll(t, 1, time.Minute); len(got) == 0 { // one of the past ones in flight per shard holding one
+		t.Fatal("nothing claimed")
+	}
+	p, err := b.store.DueProfile(b.ctx, 4, time.Minute, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(t time.Time) int { return int(t.Sub(p.Start) / time.Minute) } // by the profile's own start
+	if p.Counts[at(spike)] != 50 || p.Counts[at(later)] != 7 || p.Overdue+p.InFlight != 3 || p.InFlight == 0 {
+		t.Fatalf("profile: spike's bucket %d, later's %d, overdue %d, in flight %d", p.Counts[at(spike)], p.Counts[at(later)], p.Overdue, p.InFlight)
+	}
+	var total int64
+	for _, c := range p.Counts {
+		total += c
+	}
+	if total != 57 || !p.Start.Equal(p.Now.Truncate(time.Minute)) {
+		t.Fatalf("profile: %d in the hour, start %s now %s", total, p.Start, p.Now)
+	}
+	for _, c := range []struct {
+		width time.Duration
+		n     int
+		field string
+	}{{time.Millisecond, 10, "resolution"}, {time.Minute, 0, "buckets"}, {time.Minute, 10000, "buckets"}} {
+		var ie *shard.InvalidError
+		if _, err := b.store.DueProfile(b.ctx, 4, c.width, c.n); !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("%s x %d: %v, want an invalid %s", c.width, c.n, err, c.field)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,8 +15,14 @@ import (
 )
 
 func statsCommand() command {
-	return command{name: "stats", args: "[--json] [--watch [--interval D]]", summary: "per-shard counts", run: runStats,
-		flags: func() *flag.FlagSet { fs, _, _, _ := watchFlags(); return fs }}
+	return command{name: "stats", args: "[--json] [--watch [--interval D]] | --due [--json]", summary: "per-shard counts; what falls due in the next hour",
+		run: runStats, flags: func() *flag.FlagSet { fs, _, _, _, _ := statsFlags(); return fs }}
+}
+
+func statsFlags() (*flag.FlagSet, *bool, *bool, *time.Duration, *bool) {
+	fs, asJSON, watch, every := watchFlags()
+	due := fs.Bool("due", false, "what falls due per minute over the next hour (a sparkline and the busy minutes)")
+	return fs, asJSON, watch, every, due
 }
 
 func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
@@ -35,7 +42,7 @@ type statsView struct {
 }
 
 func runStats(ctx context.Context, e *env, args []string) int {
-	fs, asJSON, watch, every := watchFlags()
+	fs, asJSON, watch, every, due := statsFlags()
 	pos, err := parse(fs, args, e.stderr)
 	switch {
 	case err != nil:
@@ -52,6 +59,13 @@ func runStats(ctx context.Context, e *env, args []string) int {
 		return e.fail("stats", err)
 	}
 	defer rdb.Close()
+	if *due {
+		if *watch {
+			fmt.Fprintln(e.stderr, "delayq stats: --due goes without --watch")
+			return exitUsage
+		}
+		return e.dueProfile(ctx, st, *asJSON)
+	}
 	consul, err := newConsul(e.cfg)
 	if err != nil {
 		return e.fail("stats", err)
@@ -193,4 +207,41 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// dueProfile prints what falls due per minute over the next hour.
+func (e *env) dueProfile(ctx context.Context, st *shard.Store, asJSON bool) int {
+	n, err := e.allShards(ctx, st)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	p, err := st.DueProfile(ctx, n, time.Minute, 60)
+	if err != nil {
+		return e.fail("stats", err)
+	}
+	v := httpapi.ProfileOf(p, "minute")
+	if asJSON {
+		return writeJSON(e, v)
+	}
+	fmt.Fprintf(e.stdout, "falling due in the next hour: %d, at most %d in one minute; %d overdue, %d in flight\n",
+		v.Total, v.Max, v.Overdue, v.InFlight)
+	levels := []rune(" ▁▂▃▄▅▆▇█")
+	var line strings.Builder
+	for _, b := range v.Buckets {
+		l := 0
+		if v.Max > 0 && b.Count > 0 {
+			l = 1 + int(float64(len(levels)-2)*float64(b.Count)/float64(v.Max))
+		}
+		line.WriteRune(levels[l])
+	}
+	fmt.Fprintf(e.stdout, "now |%s| +60m\n", line.String())
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "minute (UTC)\tdue\t")
+	for _, b := range v.Buckets {
+		if b.Count > 0 {
+			fmt.Fprintf(tw, "%s\t%d\t\n", b.From[:16], b.Count)
+		}
+	}
+	_ = tw.Flush()
+	return exitOK
 }

@@ -314,6 +314,11 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}
+	if chart, err := c.dueChartFor(r); err == nil {
+		data["Due"] = chart
+	} else {
+		data["DueErr"] = err.Error()
+	}
 	if c.o.Fleet != nil {
 		fleet, err := c.o.Fleet(r.Context())
 		data["Fleet"], data["FleetErr"] = fleet, err

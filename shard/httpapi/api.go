@@ -69,6 +69,8 @@ type API struct {
 	jobsCtx  context.Context
 	stopJobs context.CancelFunc
 	jobs     sync.WaitGroup
+
+	profiles profiles // the due-time profiles, shared by this instance's viewers
 }
 
 //go:embed openapi.json
@@ -90,6 +92,7 @@ func New(o Options) *API {
 	a.handle("DELETE /v1/messages/{id}", RoleAdmin, a.cancel)
 	a.handle("POST /v1/messages/{id}/reschedule", RoleAdmin, a.reschedule)
 	a.handle("GET /v1/stats", RoleRead, a.stats)
+	a.handle("GET /v1/stats/due-profile", RoleRead, a.dueProfile)
 	a.handle("GET /v1/shards", RoleRead, a.shards)
 	a.handle("PUT /v1/shards", RoleAdmin, a.setShards)
 	a.handle("GET /v1/dead", RoleRead, a.deadList)

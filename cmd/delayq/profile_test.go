@@ -1,0 +1,113 @@
+package main_test
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+// TestConsoleDueProfile: 10,000 messages due over the next hour, 5,000 of
+// them in one minute 30 minutes out: the overview's chart (read from its
+// SVG) has each minute's exact count, the spike's bar opens the Scheduled
+// page filtered to its minute, and the page fits a 390 px screen.
+func TestConsoleDueProfile(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := browser(t)
+	st, err := shard.NewStore(redisSrv.Client(t), w.ns)
+	must(t, err)
+	prod := shard.NewProducer(st, balance.Static(4), shard.ProducerOptions{})
+	now := time.Now()
+	spike := now.Truncate(time.Minute).Add(30*time.Minute + 30*time.Second)
+	var due []int64
+	var msgs []shard.Message
+	for j := range 10_000 {
+		at := spike
+		if j%2 == 1 {
+			at = now.Add(time.Duration(j) * 360 * time.Millisecond) // spread over the hour
+		}
+		due = append(due, at.UnixMilli())
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m%05d", j), Topic: "t", At: at})
+	}
+	for c := range 20 {
+		_, err := prod.EnqueueBatch(t.Context(), msgs[c*500:(c+1)*500])
+		must(t, err)
+	}
+	// The CLI: a sparkline and the busy minutes; the same as JSON.
+	out, e, code := w.delayq("", "stats", "--due")
+	if code != 0 || !strings.Contains(out, "falling due in the next hour: ") || !strings.Contains(out, spike.UTC().Format("2006-01-02T15:04")) ||
+		!strings.Contains(out, "now |") {
+		t.Errorf("stats --due: exit %d %q %q", code, out, e)
+	}
+	if out, _, code = w.delayq("", "stats", "--due", "--json"); code != 0 || !strings.Contains(out, `"resolution": "minute"`) {
+		t.Errorf("stats --due --json: exit %d %q", code, out)
+	}
+	if _, e, code = w.delayq("", "stats", "--due", "--watch"); code != 2 {
+		t.Errorf("stats --due --watch: exit %d %q", code, e)
+	}
+	base := w.serve(t)
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		must(t, chromedp.Do(ctx, steps...))
+	}
+	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("due-chart")))
+	bars, err := chromedp.Run(ctx, chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll("#due-chart rect.bar")].map(r =>
+		({count: r.dataset.count, from: r.dataset.from, to: r.dataset.to, href: r.parentElement.getAttribute("href")}))`))
+	must(t, err)
+	if len(bars) != 60 {
+		t.Fatalf("%d bars, want 60", len(bars))
+	}
+	spikeHref := ""
+	for j, b := range bars {
+		from, err1 := time.Parse(time.RFC3339Nano, b["from"])
+		to, err2 := time.Parse(time.RFC3339Nano, b["to"])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("bar %d: from %q to %q", j, b["from"], b["to"])
+		}
+		var want int64
+		for _, ms := range due {
+			if (j == 0 && ms > from.UnixMilli() || j > 0 && ms >= from.UnixMilli()) && ms < to.UnixMilli() {
+				want++
+			}
+		}
+		if got := b["count"]; got != fmt.Sprint(want) {
+			t.Errorf("bar %d (%s - %s): %s, want %d", j, b["from"], b["to"], got, want)
+		}
+		if !spike.Before(from) && spike.Before(to) {
+			spikeHref = b["href"]
+		}
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(t, err)
+	artifact(t, "console-due-profile.png", shot)
+	if spikeHref == "" {
+		t.Fatal("no bar holds the spike")
+	}
+	do(chromedp.Click(chromedp.CSS(`#due-chart a[href="`+spikeHref+`"] rect`)), chromedp.WaitVisible(chromedp.CSS("main")))
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	must(t, err)
+	u, err := url.Parse(loc)
+	must(t, err)
+	from, _ := time.Parse(time.RFC3339, u.Query().Get("from"))
+	to, _ := time.Parse(time.RFC3339, u.Query().Get("to"))
+	if u.Path != "/scheduled" || spike.Before(from) || !spike.Before(to) || to.Sub(from) != time.Minute {
+		t.Errorf("the spike's bar opened %s", loc)
+	}
+	do(chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("due-chart")))
+	width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+	must(t, err)
+	if width > 390 {
+		t.Errorf("the overview is %d px wide on a 390 px screen", width)
+	}
+	if summary, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("due-summary"))); err != nil || !strings.Contains(summary, "at most") {
+		t.Errorf("the chart's summary: %q %v", summary, err)
+	}
+}

@@ -1,0 +1,100 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/delayq/delayq/shard/httpapi"
+)
+
+// dueChart is the overview's due-time profile as an SVG bar chart,
+// computed here so the template only places it: one bar a bucket, each a
+// link to the Scheduled page filtered to its window, with its exact count
+// and window in a tooltip (and data-* attributes, which the browser test
+// reads).
+type dueChart struct {
+	Resolution, Other   string // this chart's resolution, and the other one
+	Width, Height, Plot int    // the SVG's size; Plot: the bars' height
+	Bars                []dueBar
+	Ticks               []dueTick
+	Max, Total, Overdue int64
+	InFlight            int64
+	Span                string // "the next hour", "the next 7 days"
+}
+
+type dueBar struct {
+	X, Y, W, H int
+	Count      int64
+	From, To   string // RFC 3339, UTC
+	Href       string
+	Title      string
+}
+
+type dueTick struct {
+	X     int
+	Label string
+}
+
+// newDueChart lays out profile p.
+func newDueChart(p httpapi.DueProfile) dueChart {
+	const plot, left, barW, gap = 120, 8, 10, 2
+	c := dueChart{Resolution: p.Resolution, Plot: plot, Height: plot + 22, Max: p.Max, Total: p.Total, Overdue: p.Overdue,
+		InFlight: p.InFlight, Other: "hour", Span: "the next hour"}
+	step, every := time.Minute, 15
+	if p.Resolution == "hour" {
+		c.Other, c.Span, step, every = "minute", "the next 7 days", time.Hour, 24
+	}
+	w := barW
+	if len(p.Buckets) > 100 {
+		w = 4
+	}
+	c.Width = left + len(p.Buckets)*(w+gap) + 8
+	for j, b := range p.Buckets {
+		h := 0
+		if p.Max > 0 {
+			h = int(float64(plot) * float64(b.Count) / float64(p.Max))
+			if b.Count > 0 && h < 2 {
+				h = 2 // a bar of one message still shows
+			}
+		}
+		x := left + j*(w+gap)
+		from, _ := time.Parse(time.RFC3339, b.From)
+		to, _ := time.Parse(time.RFC3339, b.To)
+		c.Bars = append(c.Bars, dueBar{X: x, Y: plot - h, W: w, H: h, Count: b.Count, From: b.From, To: b.To,
+			Href:  "/scheduled?" + url.Values{"from": {b.From}, "to": {b.To}}.Encode(),
+			Title: fmt.Sprintf("%d due %s - %s UTC", b.Count, from.UTC().Format("Jan 2 15:04"), to.UTC().Format("15:04"))})
+		if j%every == 0 {
+			label := "now"
+			if j > 0 {
+				label = "+" + shortDur(time.Duration(j)*step)
+			}
+			c.Ticks = append(c.Ticks, dueTick{X: x, Label: label})
+		}
+	}
+	return c
+}
+
+func shortDur(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
+	return fmt.Sprintf("%dm", d/time.Minute)
+}
+
+// dueChartFor reads the profile r asks for (?due=hour, else minute).
+func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
+	res := r.URL.Query().Get("due")
+	if res != "hour" {
+		res = "minute"
+	}
+	p, err := c.o.API.ReadDueProfile(r.Context(), res, "")
+	if err != nil {
+		return dueChart{}, err
+	}
+	return newDueChart(p), nil
+}
