@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"slices"
 	"time"
+
+	"github.com/delayq/delayq/shard"
 )
 
 // consoleResult times the console's pages and the API's reads over a
@@ -74,7 +76,8 @@ func (b *bench) console(ctx context.Context) error {
 	}
 	const requests = 50
 	r := &consoleResult{Shards: consoleShards, Pending: b.c.consolePending, Requests: requests}
-	for _, path := range []string{"/", "/v1/stats", "/dead", "/v1/dead", "/messages?id=" + ns + "-12345", "/v1/messages/" + ns + "-12345"} {
+	for _, path := range []string{"/", "/v1/stats", "/v1/stats/due-profile", "/v1/stats/due-profile?resolution=hour", "/dead", "/v1/dead",
+		"/messages?id=" + ns + "-12345", "/v1/messages/" + ns + "-12345"} {
 		var lat []time.Duration
 		for range requests {
 			d, err := getOnce(path)
@@ -87,6 +90,30 @@ func (b *bench) console(ctx context.Context) error {
 		e := endpointLatency{Path: path, P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1]}
 		r.Endpoints = append(r.Endpoints, e)
 		say("console: GET %s p50 %s p99 %s max %s", path, ms(e.P50), ms(e.P99), ms(e.Max))
+	}
+	// The profile's computation itself (serve caches it 5 s per instance):
+	// every shard's ZCOUNTs, straight from the store.
+	st, err := shard.NewStore(b.rdb, ns)
+	if err != nil {
+		return err
+	}
+	for _, res := range []struct {
+		name  string
+		width time.Duration
+		n     int
+	}{{"minute", time.Minute, 60}, {"hour", time.Hour, 168}} {
+		var lat []time.Duration
+		for range 20 {
+			t0 := time.Now()
+			if _, err := st.DueProfile(ctx, consoleShards, res.width, res.n); err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		slices.Sort(lat)
+		e := endpointLatency{Path: "due profile per " + res.name + ", uncached", P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1]}
+		r.Endpoints = append(r.Endpoints, e)
+		say("console: %s p50 %s p99 %s max %s", e.Path, ms(e.P50), ms(e.P99), ms(e.Max))
 	}
 	b.res.Console = r
 	b.rdb.FlushAll(ctx)
