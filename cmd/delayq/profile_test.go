@@ -85,6 +85,11 @@ func TestConsoleDueProfile(t *testing.T) {
 			spikeHref = b["href"]
 		}
 	}
+	title, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#due-chart rect.bar title").textContent`))
+	must(t, err)
+	if !strings.Contains(title, " UTC (") || !strings.Contains(title, " local)") {
+		t.Errorf("a bar's tooltip: %q, want its window in UTC and local time", title)
+	}
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	must(t, err)
 	artifact(t, "console-due-profile.png", shot)

@@ -11,3 +11,11 @@
     t.after(document.createTextNode(" "), s);
   });
 })();
+// The due chart's bars: each tooltip gets its window in local time too.
+(function () {
+  document.querySelectorAll("#due-chart rect.bar").forEach(function (r) {
+    var from = new Date(r.dataset.from), to = new Date(r.dataset.to), t = r.querySelector("title");
+    if (isNaN(from) || isNaN(to) || !t) { return; }
+    t.textContent += " (" + from.toLocaleString() + " - " + to.toLocaleTimeString() + " local)";
+  });
+})();
