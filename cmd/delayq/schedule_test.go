@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,19 +280,3 @@ func TestScheduleFiringSurvivesAKill(t *testing.T) {
 	}
 }
 
-// occurrencesOf are the nominal times of schedule name's occurrences
-// received, in order.
-func (w *world) occurrencesOf(name string) []int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []int64
-	for id := range w.got {
-		if ms, ok := strings.CutPrefix(id, name+"@"); ok {
-			var v int64
-			fmt.Sscan(ms, &v)
-			out = append(out, v)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
