@@ -165,13 +165,8 @@ func parseLine(raw []byte, template bool) (Message, error) {
 		return Message{}, fmt.Errorf("not valid UTF-8 at byte %d (JSON text is UTF-8; give a binary body as body_base64)", at+1)
 	}
 	var l jsonLine
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
-		return Message{}, JSONError(err)
-	}
-	if dec.More() {
-		return Message{}, errors.New("invalid JSON: more than one value on the line")
+	if err := decodeOne(raw, &l); err != nil {
+		return Message{}, err
 	}
 	m := Message{ID: l.ID, Topic: l.Topic, Exchange: l.Exchange, RoutingKey: l.RoutingKey,
 		ContentType: l.ContentType, Properties: Properties{ContentEncoding: l.ContentEncoding,
@@ -250,6 +245,21 @@ func parseLine(raw []byte, template bool) (Message, error) {
 		return Message{}, err
 	}
 	return m, nil
+}
+
+// decodeOne decodes the one JSON object raw holds into v, refusing
+// unknown fields and anything after it; the error says what is wrong
+// (JSONError).
+func decodeOne(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return JSONError(err)
+	}
+	if dec.More() {
+		return errors.New("invalid JSON: more than one value")
+	}
+	return nil
 }
 
 // mentionsReplacement reports whether a valid UTF-8 line holds U+FFFD

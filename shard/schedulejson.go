@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"time"
@@ -35,13 +34,8 @@ type scheduleJSON struct {
 // and retry. The schedule's own rules are checked by UpsertSchedule.
 func ParseScheduleJSON(raw []byte) (Schedule, error) {
 	var j scheduleJSON
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return Schedule{}, JSONError(err)
-	}
-	if dec.More() {
-		return Schedule{}, errors.New("invalid JSON: more than one value")
+	if err := decodeOne(raw, &j); err != nil {
+		return Schedule{}, err
 	}
 	sc := Schedule{Name: j.Name, Spec: j.Spec, Zone: j.Zone, Count: j.Count, Missed: j.Missed, CatchUp: j.CatchUp}
 	for _, t := range []struct {
