@@ -279,4 +279,3 @@ func TestScheduleFiringSurvivesAKill(t *testing.T) {
 		})
 	}
 }
-
