@@ -6,7 +6,11 @@
 //
 // M comes from a Counter: Static (DELAYQ_SHARDS), or a ConsulWatcher that
 // follows a Consul KV key with blocking queries (a change arrives in
-// milliseconds). Layout wraps the Counter for scanners and producers and
+// milliseconds; each watcher holds one connection to the agent). A
+// one-shot process reads the key once with ReadShardCount instead: a
+// blocking query stays open on the agent for its wait time (30 s) after
+// its client has gone, and the agent refuses an address holding more than
+// http_max_conns_per_client (200) connections. Layout wraps the Counter for scanners and producers and
 // adds the high-water mark, recorded in Redis (shard.Layout):
 //
 //   - Every Layout records the M it uses, raising the mark to at least M at

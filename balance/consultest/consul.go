@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -52,6 +53,9 @@ type Consul struct {
 	proc  *shardtest.Proc
 	token string
 	tls   *shardtest.Certs
+
+	clientOnce sync.Once
+	client     *api.Client
 }
 
 // Options configure StartConsulWith.
@@ -62,6 +66,9 @@ type Options struct {
 	// TLS, when set, serves the HTTP API over HTTPS only (Consul.Addr is
 	// then the HTTPS port).
 	TLS *shardtest.Certs
+	// MaxConnsPerClient, when set, is the agent's
+	// limits.http_max_conns_per_client (Consul's default: 200).
+	MaxConnsPerClient int
 }
 
 // StartConsul starts a dev agent and waits until it has a leader.
@@ -105,6 +112,9 @@ verify_incoming = false } }`, opts.TLS.CA, opts.TLS.Cert, opts.TLS.Key))
 default_policy = "deny"
 tokens { initial_management = %q } }`, opts.ACLToken))
 		c.token = opts.ACLToken
+	}
+	if opts.MaxConnsPerClient > 0 {
+		c.args = append(c.args, "-hcl", fmt.Sprintf("limits { http_max_conns_per_client = %d }", opts.MaxConnsPerClient))
 	}
 	if err := c.Start(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -160,8 +170,16 @@ func (c *Consul) Close() {
 	_ = os.RemoveAll(c.Dir)
 }
 
-// Client returns an API client of the agent.
+// Client returns the API client of the agent, one for the agent's life:
+// each new client has a connection pool of its own, and the idle
+// connections of discarded ones would count towards the agent's limit of
+// connections per client address.
 func (c *Consul) Client() *api.Client {
+	c.clientOnce.Do(func() { c.client = c.newClient() })
+	return c.client
+}
+
+func (c *Consul) newClient() *api.Client {
 	cfg := &api.Config{Address: c.Addr, Token: c.token}
 	if c.tls != nil {
 		cfg.Scheme = "https"

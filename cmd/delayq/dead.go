@@ -89,7 +89,7 @@ func deadEach(ctx context.Context, e *env, action string, args []string) int {
 		fmt.Fprintf(e.stderr, "delayq dead %s: give IDs or --all\n", action)
 		return exitUsage
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("dead "+action, err)
 	}

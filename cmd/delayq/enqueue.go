@@ -126,7 +126,7 @@ func runEnqueue(ctx context.Context, e *env, args []string) int {
 			return e.fail("enqueue", err)
 		}
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("enqueue", err)
 	}
@@ -188,7 +188,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		}
 		reports = reports[:0]
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, watch)
 	if err != nil {
 		return e.fail("enqueue", err)
 	}

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -35,6 +36,26 @@ func TestRedisRestartLosesNothing(t *testing.T) {
 	}
 	dups := w.waitDelivered(ids, 90*time.Second)
 	t.Logf("Redis restarted mid-flow: %d duplicates", dups)
+}
+
+// TestOneShotCommandsLeaveNoConsulQuery: commands run in a loop against
+// an agent that allows a client address 12 connections. A one-shot
+// command reads M once; a blocking query it left behind would hold a
+// connection on the agent for its wait time after the process exited, and
+// the agent would refuse the address (HTTP 429) after a dozen runs.
+func TestOneShotCommandsLeaveNoConsulQuery(t *testing.T) {
+	own, err := consultest.StartConsulWith(consultest.Options{MaxConnsPerClient: 12})
+	shardtest.Require(t, err)
+	t.Cleanup(own.Close)
+	w := newWorld(t, 16, "DELAYQ_CONSUL_ADDR="+own.Addr)
+	w.setM(4)
+	for i := range 30 {
+		_, e, code := w.delayq("", "schedule", "show", fmt.Sprintf("none-%d", i))
+		if code != 1 || !strings.Contains(e, "schedule not found") || strings.Contains(e, "429") {
+			t.Fatalf("run %d: exit %d %s", i, code, e)
+		}
+	}
+	w.setM(8) // the agent still answers this address
 }
 
 // TestConsulOutageAndBadValue: under a flowing load, a bad M is written to

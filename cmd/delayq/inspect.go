@@ -43,7 +43,7 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 		}
 		return exitUsage
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("inspect", err)
 	}

@@ -187,16 +187,40 @@ func (e *env) connect(ctx context.Context) (redis.UniversalClient, *shard.Store,
 	return rdb, st, nil
 }
 
-// layout starts what tells M and the high-water mark (a Consul watch when
-// configured, and the Layout over it), adding them to ps, which the caller
-// stops. A scanner's Layout also drains retired shards and settles.
-func (e *env) layout(ctx context.Context, st *shard.Store, ps *parts, scanner bool) (*balance.Layout, *api.Client, error) {
+// How a process learns M from Consul.
+const (
+	readOnce  = iota // a one-shot command: one plain read
+	watch            // a long-lived producer: a blocking-query watch
+	watchScan        // a scanner: a watch, and its Layout drains retired shards
+)
+
+// layout starts what tells M and the high-water mark (a Consul watch or a
+// single read when configured, and the Layout over it), adding them to
+// ps, which the caller stops. A scanner's Layout also drains retired
+// shards and settles.
+//
+// A one-shot command reads the key once: a watch's blocking query would
+// stay open on the Consul agent for up to its wait time after the process
+// exits, and an agent refuses a client address more than
+// http_max_conns_per_client (200) connections, so a script running the
+// CLI in a loop would lock the fleet on that host out of Consul.
+func (e *env) layout(ctx context.Context, st *shard.Store, ps *parts, how int) (*balance.Layout, *api.Client, error) {
 	var counter balance.Counter = balance.Static(e.cfg.Shards)
 	consul, err := newConsul(e.cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	if consul != nil {
+	if consul != nil && how == readOnce {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, _, err := balance.ReadShardCount(rctx, consul, e.cfg.consulKey())
+		cancel()
+		counter = balance.Static(m)
+		if err != nil { // the Layout falls back to the mirror in Redis, and says so
+			e.log.Warn("reading M from consul", zap.Error(err))
+			counter = balance.CounterFunc(func() (int, error) { return 0, err })
+		}
+	}
+	if consul != nil && how != readOnce {
 		watcher := balance.NewConsulWatcher(consul, e.cfg.consulKey(), e.log)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := ps.start(wctx, "consul watch", watcher)
@@ -206,6 +230,7 @@ func (e *env) layout(ctx context.Context, st *shard.Store, ps *parts, scanner bo
 		}
 		counter = watcher
 	}
+	scanner := how == watchScan
 	opts := balance.LayoutOptions{Drain: scanner, Log: e.log}
 	if scanner {
 		opts.Fallback = e.cfg.Shards
@@ -222,7 +247,9 @@ func (e *env) layout(ctx context.Context, st *shard.Store, ps *parts, scanner bo
 	return l, consul, nil
 }
 
-func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
+// producer returns a Producer for a command, and what stops it. how is
+// readOnce or watch (see layout).
+func (e *env) producer(ctx context.Context, how int) (*shard.Producer, func(), error) {
 	rdb, st, err := e.connect(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -234,7 +261,7 @@ func (e *env) producer(ctx context.Context) (*shard.Producer, func(), error) {
 		}
 		_ = rdb.Close()
 	}
-	l, _, err := e.layout(ctx, st, ps, false)
+	l, _, err := e.layout(ctx, st, ps, how)
 	if err != nil {
 		stop()
 		return nil, nil, err

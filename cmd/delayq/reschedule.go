@@ -48,7 +48,7 @@ func runCancel(ctx context.Context, e *env, args []string) int {
 		in = bufio.NewScanner(r)
 		in.Buffer(make([]byte, 64<<10), 64<<10)
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("cancel", err)
 	}
@@ -156,7 +156,7 @@ func runReschedule(ctx context.Context, e *env, args []string) int {
 		}
 		return code
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("reschedule", err)
 	}

@@ -153,7 +153,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		return e.fail("scan", fmt.Errorf("RabbitMQ %s: %w (check %s_AMQP_TLS_CA and the URL's host)",
 			c.amqpNodes(), err, envPrefix))
 	}
-	layout, consul, err := e.layout(ctx, st, ps, true)
+	layout, consul, err := e.layout(ctx, st, ps, watchScan)
 	if err != nil {
 		return startFailed(err)
 	}

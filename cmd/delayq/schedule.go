@@ -96,7 +96,7 @@ func runSchedule(ctx context.Context, e *env, args []string) int {
 			return e.fail("schedule", err)
 		}
 	}
-	p, done, err := e.producer(ctx)
+	p, done, err := e.producer(ctx, readOnce)
 	if err != nil {
 		return e.fail("schedule", err)
 	}

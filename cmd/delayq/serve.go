@@ -75,7 +75,7 @@ func runServe(ctx context.Context, e *env, args []string) int {
 			e.log.Warn("shutdown incomplete", zap.Error(err))
 		}
 	}()
-	layout, consul, err := e.layout(ctx, st, ps, false)
+	layout, consul, err := e.layout(ctx, st, ps, watch)
 	if err != nil {
 		_ = ln.Close()
 		return e.fail("serve", err)
