@@ -751,7 +751,13 @@ func TestSigtermLeavesNothingInFlight(t *testing.T) {
 		t.Errorf("%d messages left in flight by a scanner stopped with SIGTERM", n)
 	}
 
-	// A stop while the broker withholds confirms: not ready at once.
+	// A stop while the broker withholds confirms: not ready at once. More
+	// load first: the first scanner may have left little still to come.
+	in, more := w.jsonl(5000, 10*time.Second, "term2")
+	if out, errOut, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, errOut)
+	}
+	ids = append(ids, more...)
 	second := w.scan()
 	w.waitSome(w.count()+1000, 30*time.Second)
 	if _, err := node.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
