@@ -27,9 +27,10 @@
 // plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
 // high-water mark, every M used, producers' pins), wake-up channel
 // (WakeChannel), live scanner processes (ScannersKey: who takes which
-// shards' wake-ups), ended console sessions (SessionEndedKey) and the
-// registry of recurring schedules (ScheduleRegistryKey). A message lives in shard Of(id, M): FNV-1a 64 of the id,
-// modulo M, pinned by a test so it never changes.
+// shards' wake-ups), ended console sessions (SessionEndedKey), the
+// registry of recurring schedules (ScheduleRegistryKey) and the topics in
+// use (TopicsKey). A message lives in shard Of(id, M): FNV-1a 64 of the
+// id, modulo M, pinned by a test so it never changes.
 //
 // An envelope is versioned by its first byte (AppendEnvelope): v1 holds
 // string headers only; v2 adds every AMQP property and typed header values.

@@ -46,6 +46,11 @@ func ScheduleKey(ns string, i int, name string) string {
 // shard that holds it.
 func ScheduleRegistryKey(ns string) string { return "delayq:{" + ns + "}:schedules" }
 
+// TopicsKey is the namespace's SET of the topics producers have written
+// messages under (Producer records each the first time it uses it): what
+// the due-time profile of a topic accepts (Store.KnownTopic).
+func TopicsKey(ns string) string { return "delayq:{" + ns + "}:topics" }
+
 // CursorKey is the namespace-wide INCR counter scanners use to pick their
 // next shard.
 func CursorKey(ns string) string { return "delayq:{" + ns + "}:cursor" }

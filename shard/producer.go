@@ -88,6 +88,49 @@ type Producer struct {
 
 	pinTTL time.Duration // ProducerOptions.Pin
 	pin    pinState
+	topics topicsSeen
+}
+
+// topicsSeen are the topics this producer has recorded in TopicsKey: each
+// costs one SADD the first time a process uses it.
+type topicsSeen struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// maxTopicsSeen bounds topicsSeen; past it the set starts over (topics are
+// meant to be few, like routes; many only cost an SADD now and then).
+const maxTopicsSeen = 10000
+
+// noteTopics records the topics of msgs not recorded yet by this
+// producer, in one SADD.
+func (p *Producer) noteTopics(ctx context.Context, msgs ...*Message) error {
+	var fresh []any
+	p.topics.mu.Lock()
+	for _, m := range msgs {
+		if m.Topic == "" {
+			continue
+		}
+		if _, ok := p.topics.seen[m.Topic]; !ok && !slices.Contains(fresh, any(m.Topic)) {
+			fresh = append(fresh, m.Topic)
+		}
+	}
+	p.topics.mu.Unlock()
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := p.store.rdb.SAdd(ctx, TopicsKey(p.store.ns), fresh...).Err(); err != nil {
+		return fmt.Errorf("record topics: %w", err)
+	}
+	p.topics.mu.Lock()
+	if p.topics.seen == nil || len(p.topics.seen) >= maxTopicsSeen {
+		p.topics.seen = map[string]struct{}{}
+	}
+	for _, t := range fresh {
+		p.topics.seen[t.(string)] = struct{}{}
+	}
+	p.topics.mu.Unlock()
+	return nil
 }
 
 // defaultPin is ProducerOptions.Pin's default. A pin is renewed when a
@@ -212,6 +255,9 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
 	lay, err := p.pinned(ctx, pm.m)
+	if err == nil {
+		err = p.noteTopics(ctx, &m)
+	}
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -322,6 +368,13 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 		todo = append(todo, i)
 	}
 	if len(todo) > 0 {
+		ms := make([]*Message, len(todo))
+		for j, i := range todo {
+			ms[j] = &msgs[i]
+		}
+		if err := p.noteTopics(ctx, ms...); err != nil {
+			return res, p.failAll(res, todo, err)
+		}
 		if err := p.findElsewhere(ctx, msgs, preps, res, &todo, upsert); err != nil {
 			return res, p.failAll(res, todo, err)
 		}

@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +16,20 @@ import (
 // buckets, M calls and M*B ZCOUNTs of O(log N) each. At M = 256 with
 // 10,000,000 pending, 60 minutes take 64 ms (p99 71) and 168 hours 123 ms
 // (p99 155) on two shared cores (scripts/bench.sh -only console); serve
-// caches a profile 5 s (httpapi). Not counted: one topic's share (the due
-// sets do not know topics; that would take reading the messages).
-
+// caches a profile 5 s (httpapi).
+//
+// One topic's profile (TopicProfile) is counted from a bounded sample.
+// The due sets do not know topics, and an index of them by topic would
+// cost every enqueue, claim and cancel a write whose key the claim script
+// cannot name in advance (keys come only through KEYS; a message's topic
+// is in its envelope). So each shard's bucket is read whole when it holds
+// at most c entries (its count is then exact), or c entries at evenly
+// spaced ranks otherwise, whose envelopes give the topic's share of the
+// bucket: the estimate is the bucket's exact ZCOUNT times that share,
+// summed over the shards (a stratified sample, so no bias from where a
+// topic's messages sit). c is chosen so that one profile reads at most
+// topicSampleBudget entries; a bucket any shard sampled is marked
+// estimated, with how many entries the estimate rests on.
 // MaxProfileBuckets is the most buckets one profile has.
 const MaxProfileBuckets = 240
 
@@ -91,4 +103,167 @@ func (s *Store) DueProfile(ctx context.Context, m int, width time.Duration, n in
 		}
 	}
 	return p, nil
+}
+
+// topicSampleBudget bounds the entries one topic profile reads, over all
+// shards and buckets; maxTopicSample bounds c, the entries a shard's
+// bucket is read whole up to (or sampled at).
+const (
+	topicSampleBudget = 40000
+	maxTopicSample    = 64
+)
+
+// TopicProfile is a due-time profile of one topic: Profile's counts,
+// where a bucket with Sampled[j] > 0 is an estimate from that many
+// entries read (0: counted exactly). Overdue includes the topic's
+// messages held back by its limit or pause (flow control).
+type TopicProfile struct {
+	Profile
+	Topic   string
+	Sampled []int64 // per bucket: entries the estimate rests on; 0 = exact
+	// OverdueSampled and InFlightSampled are Sampled for Overdue and
+	// InFlight.
+	OverdueSampled, InFlightSampled int64
+}
+
+// topicProfileScript counts one topic's messages of a shard per bucket,
+// reading at most c entries of each bucket.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] the topic's held ZSET
+//	ARGV[1] bucket width ms   ARGV[2] n, the number of buckets   ARGV[3] topic
+//	ARGV[4] c, entries a bucket is read whole up to, or sampled at
+//
+// Buckets as dueProfileScript's, then overdue (due at now or earlier) and
+// in flight. Returns {now, start, then for each of the n + 2 buckets:
+// its size k, entries read r, of the topic among them t, held entries h}:
+// r = k means counted whole (t exact); else the estimate is k * t / r.
+// The topic's held entries (all of the topic) are counted exactly: h. Complexity: O(n c (log N + L)) for envelopes of length L.
+var topicProfileScript = redis.NewScript(nowMs + topicOf + `
+local w, n, topic, c = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local start = now - (now % w)
+local out = {now, start}
+local function count(key, r0, k)
+  if k == 0 then return 0, 0 end
+  local ids
+  if k <= c then
+    ids = redis.call('ZRANGE', key, r0, r0 + k - 1)
+  else
+    ids = {}
+    for i = 0, c - 1 do
+      local r = r0 + math.floor((i + 0.5) * k / c)
+      ids[#ids + 1] = redis.call('ZRANGE', key, r, r)[1]
+    end
+  end
+  local envs = redis.call('HMGET', KEYS[2], unpack(ids))
+  local t = 0
+  for i = 1, #ids do
+    if topic_of(envs[i]) == topic then t = t + 1 end
+  end
+  return #ids, t
+end
+local function bucket(key, lo, hi, r0)
+  local k = redis.call('ZCOUNT', key, lo, hi)
+  local r, t = count(key, r0, k)
+  out[#out + 1] = k
+  out[#out + 1] = r
+  out[#out + 1] = t
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[4], lo, hi)
+  return k
+end
+local overdue = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+local r0 = overdue
+for j = 1, n do
+  local lo = start + (j - 1) * w
+  local lo_arg = lo
+  if j == 1 then lo_arg = '(' .. now end
+  r0 = r0 + bucket(KEYS[1], lo_arg, '(' .. (lo + w), r0)
+end
+bucket(KEYS[1], '-inf', now, 0)
+local f = redis.call('ZCARD', KEYS[3])
+local r, t = count(KEYS[3], 0, f)
+out[#out + 1] = f
+out[#out + 1] = r
+out[#out + 1] = t
+out[#out + 1] = 0
+return out
+`)
+
+// TopicProfile is DueProfile for the messages of one topic, counted from a
+// bounded sample (see the top of this file): exact for the buckets whose
+// shards hold few enough entries, an estimate with its sample size for the
+// others.
+func (s *Store) TopicProfile(ctx context.Context, m int, topic string, width time.Duration, n int) (TopicProfile, error) {
+	switch {
+	case width < time.Second:
+		return TopicProfile{}, invalid("resolution", "%s is less than a second", width)
+	case n < 1 || n > MaxProfileBuckets:
+		return TopicProfile{}, invalid("buckets", "%d is not in 1..%d", n, MaxProfileBuckets)
+	}
+	if err := ValidateFlowTopic(topic); err != nil {
+		return TopicProfile{}, err
+	}
+	c := min(maxTopicSample, max(1, topicSampleBudget/(m*(n+2))))
+	calls := make([]call, m)
+	for i := range calls {
+		ks := ShardKeys(s.ns, i)
+		calls[i] = call{topicProfileScript, []string{ks.Due, ks.Msg, ks.Inflight, HeldKey(s.ns, i, topic)},
+			[]any{width.Milliseconds(), n, topic, c}}
+	}
+	p := TopicProfile{Topic: topic, Profile: Profile{Width: width, Counts: make([]int64, n)}, Sampled: make([]int64, n)}
+	est := make([]float64, n+2)
+	sampled := make([]int64, n+2)
+	for i, cmd := range s.run(ctx, calls...) {
+		v, err := cmd.Int64Slice()
+		if err == nil && len(v) != 2+4*(n+2) {
+			err = fmt.Errorf("unexpected reply of %d fields", len(v))
+		}
+		if err != nil {
+			return TopicProfile{}, fmt.Errorf("due profile of topic %q, shard %d: %w", topic, i, err)
+		}
+		if p.Now.IsZero() {
+			p.Now, p.Start = time.UnixMilli(v[0]), time.UnixMilli(v[1])
+		}
+		for j := range n + 2 {
+			k, r, t, h := v[2+4*j], v[3+4*j], v[4+4*j], v[5+4*j]
+			est[j] += float64(h)
+			if r >= k {
+				est[j] += float64(t)
+				continue
+			}
+			est[j] += float64(k) * float64(t) / float64(r)
+			sampled[j] += r
+		}
+	}
+	round := func(x float64) int64 { return int64(x + 0.5) }
+	for j := range n {
+		p.Counts[j], p.Sampled[j] = round(est[j]), sampled[j]
+	}
+	p.Overdue, p.OverdueSampled = round(est[n]), sampled[n]
+	p.InFlight, p.InFlightSampled = round(est[n+1]), sampled[n+1]
+	return p, nil
+}
+
+// Topics returns the topics producers have written messages under
+// (TopicsKey), sorted.
+func (s *Store) Topics(ctx context.Context) ([]string, error) {
+	ts, err := s.rdb.SMembers(ctx, TopicsKey(s.ns)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read topics: %w", err)
+	}
+	slices.Sort(ts)
+	return ts, nil
+}
+
+// KnownTopic reports whether producers have written messages under topic
+// or it has a flow setting (a limit or a pause set before any message).
+func (s *Store) KnownTopic(ctx context.Context, topic string) (bool, error) {
+	ok, err := s.rdb.SIsMember(ctx, TopicsKey(s.ns), topic).Result()
+	if err != nil || ok {
+		if err != nil {
+			err = fmt.Errorf("read topics: %w", err)
+		}
+		return ok, err
+	}
+	_, ok, err = s.Flow(ctx, topic)
+	return ok, err
 }

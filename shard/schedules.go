@@ -301,6 +301,9 @@ func (p *Producer) upsertSchedule(ctx context.Context, sc Schedule) (ScheduleInf
 	if err != nil {
 		return fail(err)
 	}
+	if err := p.noteTopics(ctx, &sc.Message); err != nil {
+		return fail(err)
+	}
 	i, err := p.scheduleShardFor(ctx, sc.Name)
 	if err != nil {
 		return fail(err)

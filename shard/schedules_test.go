@@ -3,6 +3,7 @@ package shard_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -265,5 +266,59 @@ func TestDueProfile(t *testing.T) {
 		if _, err := b.store.DueProfile(b.ctx, 4, c.width, c.n); !errors.As(err, &ie) || ie.Field != c.field {
 			t.Errorf("%s x %d: %v, want an invalid %s", c.width, c.n, err, c.field)
 		}
+	}
+}
+
+// TestTopicProfile: a topic's profile counts its small buckets exactly
+// and estimates a large one from a sample, saying so; the other topic's
+// messages in the same buckets are not counted.
+func TestTopicProfile(t *testing.T) {
+	b := setup(t, 4)
+	next := time.Now().Truncate(time.Minute).Add(time.Minute)
+	small, big := next.Add(10*time.Minute+time.Second), next.Add(40*time.Minute+time.Second)
+	var msgs []shard.Message
+	for j := range 8000 {
+		topic := []string{"a", "b"}[j%2]
+		at := big.Add(time.Duration(j%997) * time.Millisecond)
+		if j < 60 {
+			at = small
+		}
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m-%d", j), Topic: topic, At: at})
+	}
+	for j := range 3 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("past-%d", j), Topic: "a", At: time.Now().Add(-time.Hour)})
+	}
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.store.TopicProfile(b.ctx, 4, "a", time.Minute, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(x time.Time) int { return int(x.Sub(p.Start) / time.Minute) }
+	if p.Counts[at(small)] != 30 || p.Sampled[at(small)] != 0 {
+		t.Errorf("small bucket: %d (sampled %d), want exactly 30", p.Counts[at(small)], p.Sampled[at(small)])
+	}
+	if got, s := p.Counts[at(big)], p.Sampled[at(big)]; got < 3000 || got > 5000 || s == 0 || s > 4*64 {
+		t.Errorf("big bucket: %d from %d sampled, want about 3970 from at most 256", got, s)
+	}
+	if p.Overdue != 3 || p.OverdueSampled != 0 || p.InFlight != 0 {
+		t.Errorf("overdue %d (sampled %d), in flight %d; want 3 exactly and 0", p.Overdue, p.OverdueSampled, p.InFlight)
+	}
+	if q, _ := b.store.TopicProfile(b.ctx, 4, "none", time.Minute, 60); q.Counts[at(big)] != 0 || q.Counts[at(small)] != 0 {
+		t.Errorf("a topic without messages: %v", q.Counts)
+	}
+	if ts, err := b.store.Topics(b.ctx); err != nil || !slices.Equal(ts, []string{"a", "b"}) {
+		t.Errorf("topics %v, %v; want [a b]", ts, err)
+	}
+	if ok, err := b.store.KnownTopic(b.ctx, "a"); !ok || err != nil {
+		t.Errorf("a is not known: %v", err)
+	}
+	if ok, err := b.store.KnownTopic(b.ctx, "none"); ok || err != nil {
+		t.Errorf("none is known: %v", err)
+	}
+	var ie *shard.InvalidError
+	if _, err := b.store.TopicProfile(b.ctx, 4, " a", time.Minute, 60); !errors.As(err, &ie) || ie.Field != "topic" {
+		t.Errorf("topic with spaces: %v", err)
 	}
 }

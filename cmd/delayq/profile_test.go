@@ -16,7 +16,9 @@ import (
 // TestConsoleDueProfile: 10,000 messages due over the next hour, 5,000 of
 // them in one minute 30 minutes out: the overview's chart (read from its
 // SVG) has each minute's exact count, the spike's bar opens the Scheduled
-// page filtered to its minute, and the page fits a 390 px screen.
+// page filtered to its minute, and the page fits a 390 px screen. One
+// topic's chart has its quiet minutes exact and the spike estimated, marked
+// so; the CLI says the same.
 func TestConsoleDueProfile(t *testing.T) {
 	w := newWorld(t, 4)
 	ctx := browser(t)
@@ -26,14 +28,20 @@ func TestConsoleDueProfile(t *testing.T) {
 	now := time.Now()
 	spike := now.Truncate(time.Minute).Add(30*time.Minute + 30*time.Second)
 	var due []int64
+	var topics []string
 	var msgs []shard.Message
 	for j := range 10_000 {
 		at := spike
 		if j%2 == 1 {
 			at = now.Add(time.Duration(j) * 360 * time.Millisecond) // spread over the hour
 		}
+		topic := "t"
+		if j%4 == 3 {
+			topic = "u" // half the spread ones
+		}
 		due = append(due, at.UnixMilli())
-		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m%05d", j), Topic: "t", At: at})
+		topics = append(topics, topic)
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m%05d", j), Topic: topic, At: at})
 	}
 	for c := range 20 {
 		_, err := prod.EnqueueBatch(t.Context(), msgs[c*500:(c+1)*500])
@@ -50,6 +58,14 @@ func TestConsoleDueProfile(t *testing.T) {
 	}
 	if _, e, code = w.delayq("", "stats", "--due", "--watch"); code != 2 {
 		t.Errorf("stats --due --watch: exit %d %q", code, e)
+	}
+	// One topic: the spread minutes exact, the spike's estimated and said so.
+	if out, e, code = w.delayq("", "stats", "--due", "--topic", "t"); code != 0 || !strings.Contains(out, "of topic t") ||
+		!strings.Contains(out, "estimated from") {
+		t.Errorf("stats --due --topic t: exit %d %q %q", code, out, e)
+	}
+	if _, e, code = w.delayq("", "stats", "--due", "--topic", "nope"); code != 2 || !strings.Contains(e, "topic") {
+		t.Errorf("stats --due --topic nope: exit %d %q", code, e)
 	}
 	base := w.serve(t)
 	do := func(steps ...chromedp.Action[chromedp.Void]) {
@@ -106,6 +122,37 @@ func TestConsoleDueProfile(t *testing.T) {
 	if u.Path != "/scheduled" || spike.Before(from) || !spike.Before(to) || to.Sub(from) != time.Minute {
 		t.Errorf("the spike's bar opened %s", loc)
 	}
+	// The same chart for topic t, chosen in the chart's topic field.
+	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("due-topic")), chromedp.SendKeys(chromedp.ID("due-topic"), "t"),
+		chromedp.Submit(chromedp.ID("due-topic")), chromedp.WaitVisible(chromedp.CSS(`#due-chart a[href*="topic=t"]`)))
+	bars, err = chromedp.Run(ctx, chromedp.Evaluate[[]map[string]string](`[...document.querySelectorAll("#due-chart rect.bar")].map(r =>
+		({count: r.dataset.count, sampled: r.dataset.sampled, est: String(r.classList.contains("est")), from: r.dataset.from, to: r.dataset.to,
+		  href: r.parentElement.getAttribute("href")}))`))
+	must(t, err)
+	for j, b := range bars {
+		from, _ := time.Parse(time.RFC3339Nano, b["from"])
+		to, _ := time.Parse(time.RFC3339Nano, b["to"])
+		var want int64
+		for k, ms := range due {
+			if topics[k] == "t" && (j == 0 && ms > from.UnixMilli() || j > 0 && ms >= from.UnixMilli()) && ms < to.UnixMilli() {
+				want++
+			}
+		}
+		var got int64
+		fmt.Sscan(b["count"], &got)
+		if !spike.Before(from) && spike.Before(to) { // 5,000 and more in 4 shards: sampled
+			if b["est"] != "true" || b["sampled"] == "0" || got < want*9/10 || got > want*11/10 || !strings.Contains(b["href"], "topic=t") {
+				t.Errorf("topic t's spike bar: %v, want about %d, estimated", b, want)
+			}
+			continue
+		}
+		if got != want || b["est"] != "false" {
+			t.Errorf("topic t's bar %d (%s - %s): %v, want exactly %d", j, b["from"], b["to"], b, want)
+		}
+	}
+	shot, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(t, err)
+	artifact(t, "console-due-profile-topic.png", shot)
 	do(chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("due-chart")))
 	width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 	must(t, err)

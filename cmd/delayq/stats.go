@@ -15,14 +15,15 @@ import (
 )
 
 func statsCommand() command {
-	return command{name: "stats", args: "[--json] [--watch [--interval D]] | --due [--json]", summary: "per-shard counts; what falls due in the next hour",
-		run: runStats, flags: func() *flag.FlagSet { fs, _, _, _, _ := statsFlags(); return fs }}
+	return command{name: "stats", args: "[--json] [--watch [--interval D]] | --due [--topic T] [--json]", summary: "per-shard counts; what falls due in the next hour",
+		run: runStats, flags: func() *flag.FlagSet { fs, _, _, _, _, _ := statsFlags(); return fs }}
 }
 
-func statsFlags() (*flag.FlagSet, *bool, *bool, *time.Duration, *bool) {
+func statsFlags() (*flag.FlagSet, *bool, *bool, *time.Duration, *bool, *string) {
 	fs, asJSON, watch, every := watchFlags()
 	due := fs.Bool("due", false, "what falls due per minute over the next hour (a sparkline and the busy minutes)")
-	return fs, asJSON, watch, every, due
+	topic := fs.String("topic", "", "with --due: only this topic's messages (counted from a bounded sample where many)")
+	return fs, asJSON, watch, every, due, topic
 }
 
 func watchFlags() (*flag.FlagSet, *bool, *bool, *time.Duration) {
@@ -42,7 +43,7 @@ type statsView struct {
 }
 
 func runStats(ctx context.Context, e *env, args []string) int {
-	fs, asJSON, watch, every, due := statsFlags()
+	fs, asJSON, watch, every, due, topic := statsFlags()
 	pos, err := parse(fs, args, e.stderr)
 	switch {
 	case err != nil:
@@ -52,6 +53,9 @@ func runStats(ctx context.Context, e *env, args []string) int {
 		return exitUsage
 	case *every <= 0:
 		fmt.Fprintf(e.stderr, "delayq stats: --interval %s: want more than 0\n", *every)
+		return exitUsage
+	case *topic != "" && !*due:
+		fmt.Fprintln(e.stderr, "delayq stats: --topic goes with --due")
 		return exitUsage
 	}
 	rdb, st, err := e.connect(ctx)
@@ -64,7 +68,7 @@ func runStats(ctx context.Context, e *env, args []string) int {
 			fmt.Fprintln(e.stderr, "delayq stats: --due goes without --watch")
 			return exitUsage
 		}
-		return e.dueProfile(ctx, st, *asJSON)
+		return e.dueProfile(ctx, st, *topic, *asJSON)
 	}
 	consul, err := newConsul(e.cfg)
 	if err != nil {
@@ -209,22 +213,43 @@ func orDash(s string) string {
 	return s
 }
 
-// dueProfile prints what falls due per minute over the next hour.
-func (e *env) dueProfile(ctx context.Context, st *shard.Store, asJSON bool) int {
+// dueProfile prints what falls due per minute over the next hour, of the
+// namespace or of topic.
+func (e *env) dueProfile(ctx context.Context, st *shard.Store, topic string, asJSON bool) int {
 	n, err := e.allShards(ctx, st)
 	if err != nil {
 		return e.fail("stats", err)
 	}
-	p, err := st.DueProfile(ctx, n, time.Minute, 60)
-	if err != nil {
-		return e.fail("stats", err)
+	var v httpapi.DueProfile
+	if topic == "" {
+		p, err := st.DueProfile(ctx, n, time.Minute, 60)
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		v = httpapi.ProfileOf(p, "minute")
+	} else {
+		known, err := st.KnownTopic(ctx, topic)
+		if err == nil && !known {
+			err = &shard.InvalidError{Field: "topic", Reason: fmt.Sprintf("%q: no message was ever written under this topic and it has no flow setting", topic)}
+		}
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		p, err := st.TopicProfile(ctx, n, topic, time.Minute, 60)
+		if err != nil {
+			return e.fail("stats", err)
+		}
+		v = httpapi.TopicProfileOf(p, "minute")
 	}
-	v := httpapi.ProfileOf(p, "minute")
 	if asJSON {
 		return writeJSON(e, v)
 	}
-	fmt.Fprintf(e.stdout, "falling due in the next hour: %d, at most %d in one minute; %d overdue, %d in flight\n",
-		v.Total, v.Max, v.Overdue, v.InFlight)
+	of := ""
+	if topic != "" {
+		of = " of topic " + topic
+	}
+	fmt.Fprintf(e.stdout, "falling due%s in the next hour: %d, at most %d in one minute; %d overdue, %d in flight\n",
+		of, v.Total, v.Max, v.Overdue, v.InFlight)
 	levels := []rune(" ▁▂▃▄▅▆▇█")
 	var line strings.Builder
 	for _, b := range v.Buckets {
@@ -237,10 +262,18 @@ func (e *env) dueProfile(ctx context.Context, st *shard.Store, asJSON bool) int 
 	fmt.Fprintf(e.stdout, "now |%s| +60m\n", line.String())
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "minute (UTC)\tdue\t")
+	sampled := false
 	for _, b := range v.Buckets {
-		if b.Count > 0 {
+		switch {
+		case b.Count > 0 && b.Sampled > 0:
+			fmt.Fprintf(tw, "%s\t~%d\t(estimated from %d read)\n", b.From[:16], b.Count, b.Sampled)
+			sampled = true
+		case b.Count > 0:
 			fmt.Fprintf(tw, "%s\t%d\t\n", b.From[:16], b.Count)
 		}
+	}
+	if sampled {
+		fmt.Fprintln(tw, "~: the topic's share of a busy minute, from messages read at even spacing in each shard")
 	}
 	_ = tw.Flush()
 	return exitOK

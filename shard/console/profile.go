@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/delayq/delayq/shard/httpapi"
@@ -16,7 +17,10 @@ import (
 // reads).
 type dueChart struct {
 	Resolution, Other   string // this chart's resolution, and the other one
-	Width, Height, Plot int    // the SVG's size; Plot: the bars' height
+	Topic               string // one topic's chart; empty: the namespace's
+	Topics              []string
+	Estimated           bool // some bars are estimates (a topic's busy buckets)
+	Width, Height, Plot int  // the SVG's size; Plot: the bars' height
 	Bars                []dueBar
 	Ticks               []dueTick
 	Max, Total, Overdue int64
@@ -27,6 +31,7 @@ type dueChart struct {
 type dueBar struct {
 	X, Y, W, H int
 	Count      int64
+	Sampled    int64  // entries an estimated count rests on; 0: exact
 	From, To   string // RFC 3339, UTC
 	Href       string
 	Title      string
@@ -40,7 +45,7 @@ type dueTick struct {
 // newDueChart lays out profile p.
 func newDueChart(p httpapi.DueProfile) dueChart {
 	const plot, left, barW, gap = 120, 8, 10, 2
-	c := dueChart{Resolution: p.Resolution, Plot: plot, Height: plot + 22, Max: p.Max, Total: p.Total, Overdue: p.Overdue,
+	c := dueChart{Resolution: p.Resolution, Topic: p.Topic, Plot: plot, Height: plot + 22, Max: p.Max, Total: p.Total, Overdue: p.Overdue,
 		InFlight: p.InFlight, Other: "hour", Span: "the next hour"}
 	step, every := time.Minute, 15
 	if p.Resolution == "hour" {
@@ -62,9 +67,18 @@ func newDueChart(p httpapi.DueProfile) dueChart {
 		x := left + j*(w+gap)
 		from, _ := time.Parse(time.RFC3339, b.From)
 		to, _ := time.Parse(time.RFC3339, b.To)
-		c.Bars = append(c.Bars, dueBar{X: x, Y: plot - h, W: w, H: h, Count: b.Count, From: b.From, To: b.To,
-			Href:  "/scheduled?" + url.Values{"from": {b.From}, "to": {b.To}}.Encode(),
-			Title: fmt.Sprintf("%d due %s - %s UTC", b.Count, from.UTC().Format("Jan 2 15:04"), to.UTC().Format("15:04"))})
+		q := url.Values{"from": {b.From}, "to": {b.To}}
+		if p.Topic != "" {
+			q.Set("topic", p.Topic)
+		}
+		title := fmt.Sprintf("%d due %s - %s UTC", b.Count, from.UTC().Format("Jan 2 15:04"), to.UTC().Format("15:04"))
+		if b.Sampled > 0 {
+			title = fmt.Sprintf("about %d due %s - %s UTC (estimated from %d messages read)", b.Count, from.UTC().Format("Jan 2 15:04"),
+				to.UTC().Format("15:04"), b.Sampled)
+			c.Estimated = true
+		}
+		c.Bars = append(c.Bars, dueBar{X: x, Y: plot - h, W: w, H: h, Count: b.Count, Sampled: b.Sampled, From: b.From, To: b.To,
+			Href: "/scheduled?" + q.Encode(), Title: title})
 		if j%every == 0 {
 			label := "now"
 			if j > 0 {
@@ -86,15 +100,20 @@ func shortDur(d time.Duration) string {
 	return fmt.Sprintf("%dm", d/time.Minute)
 }
 
-// dueChartFor reads the profile r asks for (?due=hour, else minute).
+// dueChartFor reads the profile r asks for (?due=hour, else minute; ?topic=
+// one topic's) and the known topics, for the chart's topic field.
 func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
 	res := r.URL.Query().Get("due")
 	if res != "hour" {
 		res = "minute"
 	}
-	p, err := c.o.API.ReadDueProfile(r.Context(), res, "")
+	p, err := c.o.API.ReadDueProfile(r.Context(), res, strings.TrimSpace(r.URL.Query().Get("topic")))
 	if err != nil {
 		return dueChart{}, err
 	}
-	return newDueChart(p), nil
+	chart := newDueChart(p)
+	if chart.Topics, err = c.o.Producer.Store().Topics(r.Context()); err != nil {
+		return dueChart{}, err
+	}
+	return chart, nil
 }

@@ -12,13 +12,18 @@ import (
 // DueProfile is what is about to fall due, as GET /v1/stats/due-profile
 // shows it: scheduled messages per bucket of the time ahead.
 type DueProfile struct {
-	Resolution string      `json:"resolution"` // minute (the next hour) or hour (the next 7 days)
-	Now        string      `json:"now"`        // the Redis clock, UTC
+	Resolution string      `json:"resolution"`      // minute (the next hour) or hour (the next 7 days)
+	Topic      string      `json:"topic,omitempty"` // one topic's profile; empty: the namespace's
+	Now        string      `json:"now"`             // the Redis clock, UTC
 	Buckets    []DueBucket `json:"buckets"`
 	Overdue    int64       `json:"overdue"`   // due now or earlier, not yet claimed
 	InFlight   int64       `json:"in_flight"` // claimed, not yet settled
 	Total      int64       `json:"total"`     // in the buckets
 	Max        int64       `json:"max"`       // the largest bucket
+	// OverdueSampled and InFlightSampled are DueBucket.Sampled for
+	// Overdue and InFlight (a topic's profile).
+	OverdueSampled  int64 `json:"overdue_sampled,omitempty"`
+	InFlightSampled int64 `json:"in_flight_sampled,omitempty"`
 }
 
 // DueBucket is one bucket of a profile: [From, To), UTC.
@@ -26,6 +31,9 @@ type DueBucket struct {
 	From  string `json:"from"`
 	To    string `json:"to"`
 	Count int64  `json:"count"`
+	// Sampled, in a topic's profile, is how many entries an estimated
+	// count rests on (shard.TopicProfile); absent: the count is exact.
+	Sampled int64 `json:"sampled,omitempty"`
 }
 
 // profileTTL is how long an instance reuses a profile: every viewer of an
@@ -43,14 +51,10 @@ type cachedProfile struct {
 	p  DueProfile
 }
 
-// ReadDueProfile returns the namespace's profile at resolution "minute"
-// (60 buckets) or "hour" (168); topic must be empty (a topic's profile
-// would need a scan of the messages). Cached for a few seconds.
+// ReadDueProfile returns the namespace's profile, or topic's when topic is
+// set, at resolution "minute" (60 buckets) or "hour" (168). A topic must
+// be known (shard.Store.KnownTopic). Cached for a few seconds.
 func (a *API) ReadDueProfile(ctx context.Context, resolution, topic string) (DueProfile, error) {
-	if topic != "" {
-		return DueProfile{}, &shard.InvalidError{Field: "topic",
-			Reason: "a profile of one topic is not available: the counts come from the due sets, which do not know topics; leave it empty for the namespace's"}
-	}
 	width, n := time.Minute, 60
 	switch resolution {
 	case "", "minute":
@@ -60,26 +64,55 @@ func (a *API) ReadDueProfile(ctx context.Context, resolution, topic string) (Due
 	default:
 		return DueProfile{}, &shard.InvalidError{Field: "resolution", Reason: "\"" + resolution + "\": want minute (the next hour) or hour (the next 7 days)"}
 	}
+	if topic != "" {
+		if err := shard.ValidateFlowTopic(topic); err != nil {
+			return DueProfile{}, err
+		}
+	}
+	key := resolution + "\x00" + topic
 	a.profiles.mu.Lock()
 	defer a.profiles.mu.Unlock()
-	if c, ok := a.profiles.last[resolution]; ok && time.Since(c.at) < profileTTL {
+	if c, ok := a.profiles.last[key]; ok && time.Since(c.at) < profileTTL {
 		return c.p, nil
+	}
+	if topic != "" {
+		known, err := a.o.Store.KnownTopic(ctx, topic)
+		if err != nil {
+			return DueProfile{}, err
+		}
+		if !known {
+			return DueProfile{}, &shard.InvalidError{Field: "topic",
+				Reason: "\"" + topic + "\": no message was ever written under this topic and it has no flow setting"}
+		}
 	}
 	m, err := a.o.Shards(ctx)
 	if err != nil {
 		return DueProfile{}, err
 	}
-	p, err := a.o.Store.DueProfile(ctx, m, width, n)
-	if err != nil {
-		return DueProfile{}, err
+	var out DueProfile
+	if topic == "" {
+		p, err := a.o.Store.DueProfile(ctx, m, width, n)
+		if err != nil {
+			return DueProfile{}, err
+		}
+		out = ProfileOf(p, resolution)
+	} else {
+		p, err := a.o.Store.TopicProfile(ctx, m, topic, width, n)
+		if err != nil {
+			return DueProfile{}, err
+		}
+		out = TopicProfileOf(p, resolution)
 	}
-	out := ProfileOf(p, resolution)
-	if a.profiles.last == nil {
+	if a.profiles.last == nil || len(a.profiles.last) >= maxCachedProfiles {
 		a.profiles.last = map[string]cachedProfile{}
 	}
-	a.profiles.last[resolution] = cachedProfile{at: time.Now(), p: out}
+	a.profiles.last[key] = cachedProfile{at: time.Now(), p: out}
 	return out, nil
 }
+
+// maxCachedProfiles bounds the profiles an instance keeps (two
+// resolutions of the namespace and of the topics viewed).
+const maxCachedProfiles = 64
 
 func (a *API) dueProfile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -104,6 +137,16 @@ func ProfileOf(p shard.Profile, resolution string) DueProfile {
 			Count: c}
 		out.Total += c
 		out.Max = max(out.Max, c)
+	}
+	return out
+}
+
+// TopicProfileOf renders a topic's profile at resolution (its name).
+func TopicProfileOf(p shard.TopicProfile, resolution string) DueProfile {
+	out := ProfileOf(p.Profile, resolution)
+	out.Topic, out.OverdueSampled, out.InFlightSampled = p.Topic, p.OverdueSampled, p.InFlightSampled
+	for j := range out.Buckets {
+		out.Buckets[j].Sampled = p.Sampled[j]
 	}
 	return out
 }
