@@ -220,7 +220,10 @@ func TestScheduleFiringSurvivesAKill(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, 4, "DELAYQ_LEASE=2s")
 			w.consume()
-			start := time.Now().Add(2 * time.Second).Truncate(time.Second) // every schedule's phase
+			// Every schedule's phase, far enough out that a loaded machine
+			// writes all 300 before it (one written after its start would
+			// begin a second later).
+			start := time.Now().Add(5 * time.Second).Truncate(time.Second)
 			specs := map[string]string{}
 			var lines strings.Builder
 			for j := range c.schedules {
