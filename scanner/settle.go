@@ -56,16 +56,18 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 			now := time.Now()
 			s.d.Metrics.Published.Inc()
 			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
-			late := max(0, now.Sub(time.UnixMilli(m.c.DueMs)).Seconds())
+			lateBy := max(0, now.Sub(time.UnixMilli(m.c.DueMs)))
+			late := lateBy.Seconds()
 			if m.held == "" {
 				observe(s.d.Metrics.Lateness, late, m.span)
 			} else { // the lateness its topic's limit or pause chose: apart
 				s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
+				lateBy = -1
 			}
 			if m.c.Attempt > 1 {
 				s.d.Metrics.Redelivered.Inc()
 			}
-			s.acks.add(m.shard, m.c.Lease)
+			s.acks.add(m.shard, shard.Confirmed{Lease: m.c.Lease, Late: lateBy})
 			endSpan(m.span, "", "", false)
 		case errors.Is(err, publisher.ErrReturned):
 			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error(), true})
@@ -98,7 +100,7 @@ type ackBatcher struct {
 	maxPending int
 
 	mu      sync.Mutex
-	pending map[int][]shard.Lease
+	pending map[int][]shard.Confirmed
 	n       int
 	started chan struct{} // signalled by the first lease of a batch
 	full    chan struct{} // signalled when n reaches maxPending
@@ -112,13 +114,13 @@ const (
 )
 
 func newAckBatcher(store *shard.Store, metrics *Metrics, warn func(string, error)) *ackBatcher {
-	a := &ackBatcher{store: store, metrics: metrics, warn: warn, flushEvery: ackFlushEvery, maxPending: ackMaxPending, pending: map[int][]shard.Lease{},
+	a := &ackBatcher{store: store, metrics: metrics, warn: warn, flushEvery: ackFlushEvery, maxPending: ackMaxPending, pending: map[int][]shard.Confirmed{},
 		started: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	a.room = sync.NewCond(&a.mu)
 	return a
 }
 
-func (a *ackBatcher) add(i int, l shard.Lease) {
+func (a *ackBatcher) add(i int, l shard.Confirmed) {
 	a.mu.Lock()
 	for a.n >= 4*a.maxPending { // Redis is slower than the broker: hold the settlers back
 		a.room.Wait()
@@ -174,7 +176,7 @@ func (a *ackBatcher) flush(ctx context.Context) {
 	}
 	batch := a.pending
 	n := a.n
-	a.pending, a.n = make(map[int][]shard.Lease, len(batch)), 0
+	a.pending, a.n = make(map[int][]shard.Confirmed, len(batch)), 0
 	a.room.Broadcast()
 	a.mu.Unlock()
 	acked, err := a.store.AckShards(ctx, batch)

@@ -180,31 +180,36 @@ func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
+// BenchmarkAck: acks of k leases a call, as the scanners send them (each
+// with its lateness, counted for the fleet's rates).
 func BenchmarkAck(b *testing.B) {
-	for _, k := range []int{1, 100} {
+	for _, k := range []int{1, 8, 100} {
 		b.Run(fmt.Sprintf("batch=%d", k), func(b *testing.B) {
 			st, _ := benchStore(b, b.N*k)
+			rdb := srv.Client(b)
 			ctx := context.Background()
-			claims := make([][]shard.Lease, 0, b.N)
+			claims := make([]map[int][]shard.Confirmed, 0, b.N)
 			for range b.N {
 				r, err := st.Claim(ctx, 0, k, time.Hour)
 				if err != nil {
 					b.Fatal(err)
 				}
-				ls := make([]shard.Lease, len(r.Msgs))
+				ls := make([]shard.Confirmed, len(r.Msgs))
 				for i, m := range r.Msgs {
-					ls[i] = m.Lease
+					ls[i] = shard.Confirmed{Lease: m.Lease, Late: time.Duration(i%3) * 20 * time.Millisecond}
 				}
-				claims = append(claims, ls)
+				claims = append(claims, map[int][]shard.Confirmed{0: ls})
 			}
 			b.ReportAllocs()
+			cpu0 := redisCPU(b, rdb)
 			b.ResetTimer()
 			for _, ls := range claims {
-				if _, err := st.Ack(ctx, 0, ls...); err != nil {
+				if _, err := st.AckShards(ctx, ls); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N*k)/b.Elapsed().Seconds(), "msgs/s")
+			b.ReportMetric(float64(redisCPU(b, rdb)-cpu0)/float64(b.N*k)/1e3, "redis-µs/msg")
 		})
 	}
 }

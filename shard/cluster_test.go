@@ -88,7 +88,7 @@ func TestScriptsOnCluster(t *testing.T) {
 		t.Errorf("16 shards sit on %d of 3 masters", len(nodes))
 	}
 	claimed := 0
-	leases := map[int][]shard.Lease{}
+	leases := map[int][]shard.Confirmed{}
 	for i := range m {
 		r, err := st.Claim(ctx, i, 100, time.Minute)
 		if err != nil {
@@ -96,7 +96,7 @@ func TestScriptsOnCluster(t *testing.T) {
 		}
 		claimed += len(r.Msgs)
 		for _, c := range r.Msgs {
-			leases[i] = append(leases[i], c.Lease)
+			leases[i] = append(leases[i], shard.Confirmed{Lease: c.Lease, Late: time.Duration(len(leases[i])) * time.Millisecond})
 		}
 	}
 	if claimed != 400 {

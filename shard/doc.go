@@ -16,7 +16,9 @@
 //	                              (a bare count from older versions; absent = 0)
 //	delayq:{ns:i}:dead      ZSET  id -> when it was dead-lettered
 //	delayq:{ns:i}:reason    HASH  id -> why
-//	delayq:{ns:i}:counters  HASH  enqueued -> messages ever created in the shard
+//	delayq:{ns:i}:counters  HASH  enqueued, published, dead -> messages ever created,
+//	                              acked after a confirm, dead-lettered in the shard;
+//	                              late:<ms> -> publishes of that lateness bucket (rates.go)
 //	delayq:{ns:i}:cancelled ZSET  id -> until when an enqueue of id is refused (a
 //	                              cancel that came first: Producer.CancelAhead);
 //	                              the key expires with its last entry
@@ -28,8 +30,8 @@
 // high-water mark, every M used, producers' pins), wake-up channel
 // (WakeChannel), live scanner processes (ScannersKey: who takes which
 // shards' wake-ups), ended console sessions (SessionEndedKey), the
-// registry of recurring schedules (ScheduleRegistryKey) and the topics in
-// use (TopicsKey). A message lives in shard Of(id, M): FNV-1a 64 of the
+// registry of recurring schedules (ScheduleRegistryKey), the topics in
+// use (TopicsKey) and the samples of the fleet's counters (RatesKey). A message lives in shard Of(id, M): FNV-1a 64 of the
 // id, modulo M, pinned by a test so it never changes.
 //
 // An envelope is versioned by its first byte (AppendEnvelope): v1 holds

@@ -14,7 +14,7 @@ type Keys struct {
 	Attempts string // HASH id -> number of redeliveries so far (absent = 0)
 	Dead     string // ZSET id -> time it was dead-lettered (unix ms)
 	Reason   string // HASH id -> why it is dead
-	Counters string // HASH: enqueued (messages ever created in the shard)
+	Counters string // HASH: enqueued, published, dead, late:<ms> (the fleet's rates)
 	// Cancelled: ZSET id -> until when (unix ms) an enqueue of that id is
 	// refused: the tombstone of a cancel that came before its message
 	// (Producer.CancelAhead). The key expires with its last tombstone.

@@ -301,8 +301,11 @@ return out
 
 // ackScript ends the life of messages whose publish the broker confirmed.
 //
-//	KEYS[1] msg HASH   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
-//	ARGV pairs: id, lease token, id, lease token, ...
+//	KEYS[1] msg HASH   KEYS[2] inflight ZSET   KEYS[3] attempts HASH   KEYS[4] counters HASH
+//	ARGV[1] k, then k pairs: a lateness class (the upper bound in ms of a
+//	lateness bucket, LatenessClasses) and how many publishes fell in it
+//	(AckShards sends those of its whole round trip with its first call);
+//	then pairs: id, lease token, id, lease token, ...
 //
 // For each id still leased with that token: remove the lease, the envelope
 // and the attempt count. An id whose lease was lost (it expired and was
@@ -313,11 +316,16 @@ return out
 // acked ones: 4 calls for the whole batch (Redis 6.2 or newer). A token
 // is compared as the string ZMSCORE returns before it is parsed: a
 // millisecond deadline prints as its digits on both sides, so the usual
-// ack parses no number.
+// ack parses no number. For the fleet's rates (Store.Rates): the acked
+// count goes to counters.published, and each class's count to
+// counters.late:<class>, one HINCRBY each (the classes come summed per
+// round trip, so a message costs next to nothing more; a lease lost
+// meanwhile still counts there, and its redelivery again).
 // Returns the number of ids acked. Complexity: O(n log N) for n ids.
 var ackScript = redis.NewScript(`
+local k = tonumber(ARGV[1])
 local ids, tokens, seen = {}, {}, {}
-for i = 1, #ARGV, 2 do
+for i = 2 + 2 * k, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
   tokens[#tokens + 1] = ARGV[i + 1]
 end
@@ -334,7 +342,9 @@ if #acked > 0 then
   redis.call('ZREM', KEYS[2], unpack(acked))
   redis.call('HDEL', KEYS[1], unpack(acked))
   redis.call('HDEL', KEYS[3], unpack(acked))
+  redis.call('HINCRBY', KEYS[4], 'published', #acked)
 end
+for j = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * j], ARGV[3 + 2 * j]) end
 return #acked
 `)
 
@@ -342,7 +352,7 @@ return #acked
 // again after a delay, or, when the broker refused it too often, dead.
 //
 //	KEYS[1] due ZSET   KEYS[2] inflight ZSET   KEYS[3] attempts HASH
-//	KEYS[4] dead ZSET   KEYS[5] reason HASH
+//	KEYS[4] dead ZSET   KEYS[5] reason HASH   KEYS[6] counters HASH
 //	ARGV[1] id   ARGV[2] lease token   ARGV[3] retry delay ms
 //	ARGV[4] most refusals before the dead set; 0 = the broker did not
 //	refuse (connection lost, timeout, blocked), which never counts
@@ -355,7 +365,8 @@ return #acked
 // at now + delay, announced on the wake channel when it becomes the
 // shard's head (so the retry is on time, not left to the idle patrol). The
 // scheduled time the claim recorded stays, so the next delivery still
-// says when the message was due.
+// says when the message was due. A message that dies counts in
+// counters.dead.
 // Returns 1 released, 2 dead, 0 the lease was already lost.
 // Complexity: O(log N).
 var releaseScript = redis.NewScript(nowMs + metaOf + wakeIfHead + `
@@ -370,6 +381,7 @@ redis.call('HSET', KEYS[3], ARGV[1], meta(a + 1, s or due, rf))
 if limit > 0 and rf >= limit then
   redis.call('ZADD', KEYS[4], now, ARGV[1])
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
+  redis.call('HINCRBY', KEYS[6], 'dead', 1)
   return 2
 end
 redis.call('ZADD', KEYS[1], due, ARGV[1])
@@ -380,11 +392,12 @@ return 1
 // deadLetterScript parks a message that cannot be delivered (corrupt
 // envelope, no route, exchange missing, returned by the broker).
 //
-//	KEYS[1] inflight ZSET   KEYS[2] dead ZSET   KEYS[3] reason HASH
+//	KEYS[1] inflight ZSET   KEYS[2] dead ZSET   KEYS[3] reason HASH   KEYS[4] counters HASH
 //	ARGV[1] id   ARGV[2] lease token   ARGV[3] reason text
 //
-// When the lease is still held: dead at now with the reason; the envelope
-// stays in the msg hash for inspection and redrive.
+// When the lease is still held: dead at now with the reason, counted in
+// counters.dead; the envelope stays in the msg hash for inspection and
+// redrive.
 // Returns 1 if moved, 0 if the lease was already lost. Complexity: O(log N).
 var deadLetterScript = redis.NewScript(nowMs + `
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -392,6 +405,7 @@ if not s or tonumber(s) ~= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('HINCRBY', KEYS[4], 'dead', 1)
 return 1
 `)
 
@@ -665,6 +679,8 @@ return 1
 // unknown (acked) or still in flight: the consumer may get a message before
 // the scanner's ack. Then the retry takes the message over: it drops the
 // lease, so the scanner's ack finds its token gone and deletes nothing.
+// A buried message counts in counters.dead, a scheduled step in
+// counters.enqueued.
 // Returns {status, due}: 1 scheduled, 2 buried, 0 already done.
 // Complexity: O(log N).
 var retryScript = redis.NewScript(nowMs + wakeIfHead + `
@@ -676,6 +692,7 @@ redis.call('HSET', KEYS[2], id, ARGV[2])
 if ARGV[3] == 'dead' then
   redis.call('ZADD', KEYS[5], now, id)
   redis.call('HSET', KEYS[6], id, ARGV[4])
+  redis.call('HINCRBY', KEYS[7], 'dead', 1)
   return {2, 0}
 end
 local due = now + tonumber(ARGV[4])

@@ -721,9 +721,9 @@ func TestAckShardsSplitsAndSurvivesScriptFlush(t *testing.T) {
 		ids = append(ids, id)
 		b.enqueue(t, id, 0)
 	}
-	leases := map[int][]shard.Lease{}
+	leases := map[int][]shard.Confirmed{}
 	for _, c := range b.claimAll(t, 1000, time.Minute) {
-		leases[shard.Of(c.ID, 2)] = append(leases[shard.Of(c.ID, 2)], c.Lease)
+		leases[shard.Of(c.ID, 2)] = append(leases[shard.Of(c.ID, 2)], shard.Confirmed{Lease: c.Lease, Late: -1})
 	}
 	if err := b.rdb.ScriptFlush(b.ctx).Err(); err != nil { // as after a Redis restart
 		t.Fatal(err)

@@ -213,8 +213,76 @@ func parseClaimed(r *reply, v []any, o int) []Claimed {
 
 // Ack ends the life of confirmed messages of shard i and returns how many
 // were still leased by the caller (the others will be delivered again).
+// They count as published in the fleet's rates, with no lateness.
 func (s *Store) Ack(ctx context.Context, i int, leases ...Lease) (int, error) {
-	return s.AckShards(ctx, map[int][]Lease{i: leases})
+	cs := make([]Confirmed, len(leases))
+	for j, l := range leases {
+		cs[j] = Confirmed{Lease: l, Late: -1}
+	}
+	return s.AckShards(ctx, map[int][]Confirmed{i: cs})
+}
+
+// Confirmed is a lease whose publish the broker confirmed, with its
+// lateness for the fleet's rates (Store.Rates).
+type Confirmed struct {
+	Lease
+	// Late is the confirm time minus the due time. Negative: not counted
+	// in the lateness buckets (a message its topic's limit held back, whose
+	// lateness the operator chose).
+	Late time.Duration
+}
+
+// LatenessClasses are the upper bounds (ms) of the lateness buckets the
+// fleet's rates count publishes in; later ones count in "inf".
+var LatenessClasses = []int64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
+
+// lateArgs are the ack script's first arguments for ls: how many classes,
+// then each class with its count.
+func lateArgs(ls []Confirmed) []any {
+	var counts [16]int // by index into LatenessClasses; the last: beyond
+	for _, l := range ls {
+		if l.Late >= 0 {
+			counts[latenessIndex(l.Late)]++
+		}
+	}
+	args := make([]any, 1, 1+2*MaxAckBatch+8)
+	k := 0
+	for j, n := range counts[:len(LatenessClasses)+1] {
+		if n > 0 {
+			c := "inf"
+			if j < len(LatenessClasses) {
+				c = strconv.FormatInt(LatenessClasses[j], 10)
+			}
+			args = append(args, c, n)
+			k++
+		}
+	}
+	args[0] = k
+	return args
+}
+
+// latenessIndex is the index of d's bucket in LatenessClasses, or its
+// length for a d beyond the last.
+func latenessIndex(d time.Duration) int {
+	ms := d.Milliseconds()
+	for j, c := range LatenessClasses {
+		if ms <= c {
+			return j
+		}
+	}
+	return len(LatenessClasses)
+}
+
+// latenessClass names the bucket of d: its upper bound in ms, "inf", or
+// "" for a negative d (not counted).
+func latenessClass(d time.Duration) string {
+	if d < 0 {
+		return ""
+	}
+	if j := latenessIndex(d); j < len(LatenessClasses) {
+		return strconv.FormatInt(LatenessClasses[j], 10)
+	}
+	return "inf"
 }
 
 // MaxAckBatch is the most leases one ack script call settles, so that no
@@ -227,22 +295,30 @@ const MaxAckBatch = 64
 // will be delivered again. With ErrNotReplicated every ack took effect on
 // the master (they count), but fewer replicas than asked for have it: the
 // messages come back only if the master fails over before they do.
-func (s *Store) AckShards(ctx context.Context, leases map[int][]Lease) (int, error) {
+func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int, error) {
 	type batch struct {
 		shard int
 		n     int
 	}
 	var calls []call
 	var batches []batch
+	// Every lateness class of the round trip goes with its first call: the
+	// rates sum all shards' counters, so where they are counted does not
+	// matter, and a busy scanner's flush pays a few HINCRBYs in all.
+	late := []Confirmed{}
+	for _, ls := range leases {
+		late = append(late, ls...)
+	}
 	for i, ls := range leases {
 		ks := ShardKeys(s.ns, i)
 		for len(ls) > 0 {
 			n := min(len(ls), MaxAckBatch)
-			args := make([]any, 0, 2*n)
+			args := lateArgs(late)
+			late = nil
 			for _, l := range ls[:n] {
 				args = append(args, l.ID, l.Token)
 			}
-			calls = append(calls, call{ackScript, []string{ks.Msg, ks.Inflight, ks.Attempts}, args})
+			calls = append(calls, call{ackScript, []string{ks.Msg, ks.Inflight, ks.Attempts, ks.Counters}, args})
 			batches = append(batches, batch{i, n})
 			ls = ls[n:]
 		}
@@ -298,7 +374,7 @@ func (s *Store) Refuse(ctx context.Context, i int, l Lease, delay time.Duration,
 
 func (s *Store) release(ctx context.Context, i int, l Lease, delay time.Duration, limit int, reason string) (ReleaseOutcome, error) {
 	ks := ShardKeys(s.ns, i)
-	n, err := s.run1(ctx, releaseScript, []string{ks.Due, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason},
+	n, err := s.run1(ctx, releaseScript, []string{ks.Due, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters},
 		l.ID, l.Token, delay.Milliseconds(), limit, reason, s.wake, i).Int()
 	if err != nil {
 		return LeaseLost, fmt.Errorf("release %q in shard %d: %w", l.ID, i, err)
@@ -310,7 +386,7 @@ func (s *Store) release(ctx context.Context, i int, l Lease, delay time.Duration
 // reason. It reports false if the lease was already lost.
 func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (bool, error) {
 	ks := ShardKeys(s.ns, i)
-	n, err := s.run1(ctx, deadLetterScript, []string{ks.Inflight, ks.Dead, ks.Reason},
+	n, err := s.run1(ctx, deadLetterScript, []string{ks.Inflight, ks.Dead, ks.Reason, ks.Counters},
 		l.ID, l.Token, reason).Int()
 	if err != nil {
 		return false, fmt.Errorf("dead-letter %q in shard %d: %w", l.ID, i, err)

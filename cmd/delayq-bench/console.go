@@ -76,7 +76,7 @@ func (b *bench) console(ctx context.Context) error {
 	}
 	const requests = 50
 	r := &consoleResult{Shards: consoleShards, Pending: b.c.consolePending, Requests: requests}
-	for _, path := range []string{"/", "/v1/stats", "/v1/stats/due-profile", "/v1/stats/due-profile?resolution=hour", "/dead", "/v1/dead",
+	for _, path := range []string{"/", "/v1/stats", "/v1/stats/due-profile", "/v1/stats/due-profile?resolution=hour", "/v1/stats/rates", "/dead", "/v1/dead",
 		"/messages?id=" + ns + "-12345", "/v1/messages/" + ns + "-12345"} {
 		var lat []time.Duration
 		for range requests {
@@ -97,21 +97,33 @@ func (b *bench) console(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One topic's profile reads a bounded sample of envelopes (the same
+	// work whether they match or not).
 	for _, res := range []struct {
-		name  string
-		width time.Duration
-		n     int
-	}{{"minute", time.Minute, 60}, {"hour", time.Hour, 168}} {
+		name, topic string
+		width       time.Duration
+		n           int
+	}{{"minute", "", time.Minute, 60}, {"hour", "", time.Hour, 168}, {"minute", "t", time.Minute, 60}, {"hour", "t", time.Hour, 168}} {
 		var lat []time.Duration
 		for range 20 {
 			t0 := time.Now()
-			if _, err := st.DueProfile(ctx, consoleShards, res.width, res.n); err != nil {
+			var err error
+			if res.topic == "" {
+				_, err = st.DueProfile(ctx, consoleShards, res.width, res.n)
+			} else {
+				_, err = st.TopicProfile(ctx, consoleShards, res.topic, res.width, res.n)
+			}
+			if err != nil {
 				return err
 			}
 			lat = append(lat, time.Since(t0))
 		}
 		slices.Sort(lat)
-		e := endpointLatency{Path: "due profile per " + res.name + ", uncached", P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1]}
+		of := ""
+		if res.topic != "" {
+			of = " of one topic"
+		}
+		e := endpointLatency{Path: "due profile" + of + " per " + res.name + ", uncached", P50: lat[len(lat)/2], P99: lat[len(lat)*99/100], Max: lat[len(lat)-1]}
 		r.Endpoints = append(r.Endpoints, e)
 		say("console: %s p50 %s p99 %s max %s", e.Path, ms(e.P50), ms(e.P99), ms(e.Max))
 	}

@@ -75,6 +75,7 @@ type Config struct {
 	Ingress             string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
 	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	IngressCancelWindow time.Duration `envconfig:"INGRESS_CANCEL_WINDOW" default:"1m" desc:"scan: a cancel over AMQP that finds nothing refuses a message with that id for this long (it may come right behind, through another scanner); 0 = never"`
+	RatesEvery          time.Duration `envconfig:"RATES_EVERY" default:"10s" desc:"scan, serve: how often the fleet's counters are sampled for the rates on the console and /v1/stats (the first process after the interval takes the sample); 0 = this process never does"`
 	ShutdownTimeout     time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
 	Pprof               bool          `envconfig:"PPROF" default:"false" desc:"scan: also serve Go's profiles under /debug/pprof/ on the metrics listener, with block and mutex profiling on (for finding causes; costs a little CPU)"`
 	MetricsAddr         string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
@@ -164,6 +165,9 @@ func (c Config) validate() error {
 	}
 	if c.RedisSentinel != "" && c.RedisCluster {
 		return fmt.Errorf("%s_REDIS_SENTINEL_MASTER and %s_REDIS_CLUSTER: give one (Sentinel watches a single master)", envPrefix, envPrefix)
+	}
+	if c.RatesEvery != 0 && (c.RatesEvery < 100*time.Millisecond || c.RatesEvery > shard.RatesKeep/2) {
+		return fmt.Errorf("%s_RATES_EVERY: %s, want 0 (never) or 100ms to %s (e.g. 10s)", envPrefix, c.RatesEvery, shard.RatesKeep/2)
 	}
 	if c.RedisWait < 0 || c.RedisWait > 100 {
 		return fmt.Errorf("%s_REDIS_WAIT_REPLICAS: %d, want 0 (do not wait) to 100", envPrefix, c.RedisWait)

@@ -23,9 +23,10 @@
 // acked; the broker keeps the rest), the scanner stops claiming and settles
 // what it has in flight (up to DELAYQ_SHUTDOWN_TIMEOUT), the metrics
 // listener, the layout and the Consul watch, the publisher closes the AMQP
-// connection, then the Redis client closes. `delayq serve`: the listener
-// finishes the requests under way, then the layout and the Consul watch,
-// then Redis.
+// connection, the rates sampler and the Redis settings watch, then the
+// Redis client closes. `delayq serve`: the listener finishes the requests
+// under way, then the rates sampler, the layout and the Consul watch, then
+// Redis.
 //
 // Exit codes: 0 success, 1 the command failed (or a JSON Lines file had
 // rejected lines), 2 bad usage or configuration.

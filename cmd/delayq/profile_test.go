@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // TestConsoleDueProfile: 10,000 messages due over the next hour, 5,000 of
@@ -162,4 +164,88 @@ func TestConsoleDueProfile(t *testing.T) {
 	if summary, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("due-summary"))); err != nil || !strings.Contains(summary, "at most") {
 		t.Errorf("the chart's summary: %q %v", summary, err)
 	}
+}
+
+// TestConsoleRates: two scanners publish 600 messages while they and
+// serve sample the fleet's counters; delayq stats, the API and the
+// overview (in Chromium, live from /ui/stats) show the published rate and
+// the lateness p99, and the rates add up to what was published.
+func TestConsoleRates(t *testing.T) {
+	w := newWorld(t, 4, "DELAYQ_RATES_EVERY=500ms")
+	ctx := browser(t)
+	w.consume()
+	w.scan()
+	w.scan()
+	base := w.serve(t)
+	var v struct {
+		Rates struct {
+			Published float64 `json:"published_per_second"`
+			Sampled   float64 `json:"sampled_seconds"`
+			Late      *int64  `json:"lateness_p99_ms"`
+			Points    []struct {
+				Seconds   float64 `json:"seconds"`
+				Published float64 `json:"published_per_second"`
+				Enqueued  float64 `json:"enqueued_per_second"`
+			} `json:"points"`
+		} `json:"rates"`
+	}
+	stats := func() bool {
+		out, _, code := w.delayq("", "stats", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &v) == nil
+	}
+	// Sampled from the start: the samples before the load are zeros.
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return stats() && len(v.Rates.Points) > 0 },
+		func() string { return "no two samples" })
+	in, ids := w.jsonl(600, 3*time.Second, "rate")
+	if out, e, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, e)
+	}
+	w.waitDelivered(ids, 60*time.Second)
+	sum := func() (enq, pub float64) {
+		for _, p := range v.Rates.Points {
+			enq, pub = enq+p.Enqueued*p.Seconds, pub+p.Published*p.Seconds
+		}
+		return enq, pub
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		if !stats() {
+			return false
+		}
+		enq, pub := sum()
+		return enq > 599 && pub > 599 && v.Rates.Late != nil // the rounding of each point's rate: within a message or so
+	}, func() string {
+		enq, pub := sum()
+		return fmt.Sprintf("rates add up to %.1f enqueued, %.1f published: %+v", enq, pub, v.Rates)
+	})
+	if enq, pub := sum(); enq > 601 || pub > 601 {
+		t.Errorf("rates add up to %.1f enqueued, %.1f published; want 600 each", enq, pub)
+	}
+	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "published/s, ") || !strings.Contains(out, "lateness p99 <= ") {
+		t.Errorf("delayq stats has no rates line:\n%s", out)
+	}
+	// The overview, refreshed live while more is published.
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		must(t, chromedp.Do(ctx, steps...))
+	}
+	do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("rates")))
+	in, more := w.jsonl(300, 2*time.Second, "rate2")
+	if out, e, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, e)
+	}
+	w.waitDelivered(more, 60*time.Second)
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`({pub: document.getElementById("r-published").textContent,
+			late: document.getElementById("r-lateness").textContent,
+			points: String(document.getElementById("s-published").getAttribute("points").split(" ").length)})`))
+		return err == nil && strings.HasSuffix(got["pub"], "/s") && strings.HasPrefix(got["late"], "≤ ") && got["points"] != "1"
+	}, func() string {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("rates").innerText`))
+		return fmt.Sprintf("the overview's rates: %q %v", got, err)
+	})
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(t, err)
+	artifact(t, "console-rates.png", shot)
 }

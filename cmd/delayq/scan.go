@@ -133,6 +133,9 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err := ps.start(ctx, "redis settings watch", newRedisWatch(st, c.RedisAllowEviction, c.RedisCheckEvery, redisProblems, e.log)); err != nil {
 		return e.fail("scan", err)
 	}
+	if err := ps.start(ctx, "rates sampler", newRateSampler(st, c.RatesEvery, e.log)); err != nil {
+		return e.fail("scan", err)
+	}
 	tr := &tracer{service: "delayq-scanner"}
 	if err := ps.start(ctx, "tracing", tr); err != nil {
 		return e.fail("scan", err)

@@ -86,6 +86,10 @@ func runServe(ctx context.Context, e *env, args []string) int {
 		_ = ln.Close()
 		return e.fail("serve", err)
 	}
+	if err := ps.start(ctx, "rates sampler", newRateSampler(st, c.RatesEvery, e.log)); err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
 	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
 		AllowEviction: c.RedisAllowEviction})
 	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,

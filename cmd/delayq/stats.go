@@ -162,6 +162,12 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	for _, s := range sts {
 		v.Flows = append(v.Flows, httpapi.FlowOf(s))
 	}
+	r, err := st.Rates(ctx, httpapi.DefaultRatesWindow)
+	if err != nil {
+		return v, err
+	}
+	rates := httpapi.RatesOf(r)
+	v.Rates = &rates
 	return v, nil
 }
 
@@ -178,6 +184,18 @@ func printStats(e *env, v statsView) {
 			(time.Duration(r.OldestOverdueSec * float64(time.Second))).Round(time.Millisecond), orDash(r.NextDue), orDash(r.Node))
 	}
 	_ = tw.Flush()
+	if r := v.Rates; r != nil && len(r.Points) > 0 {
+		late := "none published"
+		if r.LatenessP99Ms != nil {
+			late = fmt.Sprintf("<= %dms", *r.LatenessP99Ms)
+			if r.LatenessP99Over {
+				late = fmt.Sprintf("> %dms", *r.LatenessP99Ms)
+			}
+		}
+		fmt.Fprintf(e.stdout, "fleet, last %s: %.1f enqueued/s, %.1f published/s, %.1f dead/s, lateness p99 %s\n",
+			time.Duration(r.SampledSeconds*float64(time.Second)).Round(time.Second), r.EnqueuedPerSecond, r.PublishedPerSecond,
+			r.DeadPerSecond, late)
+	}
 	for _, r := range v.Redis {
 		fmt.Fprintf(e.stdout, "redis %s: %s\n", r.Master, redisLine(r))
 	}

@@ -314,6 +314,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}
+	data["Rates"], data["RatesNote"] = rateTilesOf(st.Rates)
 	data["DueTopic"] = r.URL.Query().Get("topic")
 	if chart, err := c.dueChartFor(r); err == nil {
 		data["Due"] = chart

@@ -93,6 +93,7 @@ func New(o Options) *API {
 	a.handle("POST /v1/messages/{id}/reschedule", RoleAdmin, a.reschedule)
 	a.handle("GET /v1/stats", RoleRead, a.stats)
 	a.handle("GET /v1/stats/due-profile", RoleRead, a.dueProfile)
+	a.handle("GET /v1/stats/rates", RoleRead, a.rates)
 	a.handle("GET /v1/shards", RoleRead, a.shards)
 	a.handle("PUT /v1/shards", RoleAdmin, a.setShards)
 	a.handle("GET /v1/dead", RoleRead, a.deadList)
@@ -598,6 +599,8 @@ type Stats struct {
 	// Flows are the topics under flow control, with what each holds back
 	// (held messages are not in the shards' due counts).
 	Flows []Flow `json:"flows,omitempty"`
+	// Rates are the fleet's rates over the last 15 minutes.
+	Rates *Rates `json:"rates,omitempty"`
 }
 
 // RedisStats is what decides whether a Redis master can take more
@@ -667,6 +670,11 @@ func (a *API) ReadStats(ctx context.Context) (Stats, error) {
 	if v.Flows, err = a.ReadFlows(ctx); err != nil {
 		return Stats{}, err
 	}
+	rates, err := a.ReadRates(ctx, DefaultRatesWindow)
+	if err != nil {
+		return Stats{}, err
+	}
+	v.Rates = &rates
 	return v, nil
 }
 

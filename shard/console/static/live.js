@@ -6,6 +6,38 @@
     return r.maxmemory > 0 ? mb(r.used_memory) + " of " + mb(r.maxmemory) + " (" + Math.round(100 * r.used_memory / r.maxmemory) + " %)" : mb(r.used_memory) + ", no limit";
   }
   function set(id, v) { var e = document.getElementById(id); if (e) { e.textContent = v; } }
+  // The fleet's rates: the last interval's value and a sparkline, drawn as
+  // the server draws them (console/rates.go).
+  function latenessText(ms, over) {
+    if (ms === null || ms === undefined) { return "-"; }
+    var t = ms >= 1000 ? (ms / 1000) + "s" : ms + "ms";
+    return (over ? "> " : "≤ ") + t;
+  }
+  function spark(id, v) {
+    var e = document.getElementById("s-" + id);
+    if (!e) { return; }
+    var top = Math.max.apply(null, v.concat([0])), pts = [];
+    v.forEach(function (x, j) {
+      var px = v.length > 1 ? j * 120 / (v.length - 1) : 0;
+      var py = top > 0 ? 27 - x / top * 26 : 27;
+      pts.push(px.toFixed(1) + "," + py.toFixed(1));
+    });
+    e.setAttribute("points", pts.join(" "));
+  }
+  function rates(r) {
+    var p = r.points || [], last = p[p.length - 1];
+    [["enqueued", "enqueued_per_second"], ["published", "published_per_second"], ["dead", "dead_per_second"]].forEach(function (m) {
+      set("r-" + m[0], last ? last[m[1]].toFixed(1) + "/s" : "-");
+      spark(m[0], p.map(function (x) { return x[m[1]]; }));
+    });
+    set("r-lateness", last ? latenessText(last.lateness_p99_ms, last.lateness_p99_over) : "-");
+    if (last) {
+      var sec = Math.round(r.sampled_seconds), span = sec >= 60 ? Math.floor(sec / 60) + "m" + (sec % 60) + "s" : sec + "s";
+      set("rates-window", "the last " + span + ": " + r.published_per_second.toFixed(1) +
+        "/s published, lateness p99 " + latenessText(r.lateness_p99_ms, r.lateness_p99_over));
+    }
+    spark("lateness", p.map(function (x) { return x.lateness_p99_ms || 0; }));
+  }
   function refresh() {
     fetch("/ui/stats", { credentials: "same-origin" }).then(function (r) { return r.ok ? r.json() : null; }).then(function (s) {
       if (!s) { return; }
@@ -36,6 +68,7 @@
           redis.appendChild(tr);
         });
       }
+      if (s.rates) { rates(s.rates); }
       set("updated", "Updated " + new Date().toLocaleTimeString() + ".");
     }).catch(function () {});
   }
