@@ -226,6 +226,14 @@
 // by a scanner once nothing of it has been held for a few seconds. The
 // bulk cancel and reschedule by filter read the held sets too (bulk.go).
 //
+// # Seeing the load
+//
+// What is about to fall due (profile.go: ZCOUNTs per shard and bucket; one
+// topic's share from a bounded sample of envelopes) and the fleet's pace
+// (rates.go: counters the scripts keep in each shard, sampled by whichever
+// process comes first each interval) are read without a scan of the
+// messages and without a leader; both docs say what they cost.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and

@@ -1,5 +1,6 @@
 // Package console is delayq's web console: an overview (shards, the fleet's
-// counts, oldest overdue, refreshed live), the scheduled messages (browsed
+// counts, oldest overdue and rates, refreshed live; the due-time profile of
+// the namespace or one topic as an SVG bar chart), the scheduled messages (browsed
 // by shard, topic, id prefix and due window, a bounded page at a time), a
 // message page (find by id; headers with their AMQP types; cancel or
 // reschedule it), the dead messages (with their reasons; redrive or
