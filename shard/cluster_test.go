@@ -87,6 +87,11 @@ func TestScriptsOnCluster(t *testing.T) {
 	if len(nodes) != 3 {
 		t.Errorf("16 shards sit on %d of 3 masters", len(nodes))
 	}
+	// The fleet's rates: samples in the namespace's slot, of counters on
+	// every master.
+	if took, err := st.SampleRates(ctx, 50*time.Millisecond); !took || err != nil {
+		t.Fatalf("sample across masters: %v %v", took, err)
+	}
 	claimed := 0
 	leases := map[int][]shard.Confirmed{}
 	for i := range m {
@@ -104,6 +109,12 @@ func TestScriptsOnCluster(t *testing.T) {
 	}
 	if n, err := st.AckShards(ctx, leases); err != nil || n != 400 {
 		t.Fatalf("AckShards across masters: %d %v", n, err)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool { took, err := st.SampleRates(ctx, 50*time.Millisecond); return took && err == nil },
+		func() string { return "no second sample" })
+	if r, err := st.Rates(ctx, time.Minute); err != nil || len(r.Points) != 1 || r.Lateness.Count != 400 ||
+		int(r.Points[0].Published*r.Points[0].Seconds+0.5) != 400 {
+		t.Errorf("rates across masters: %+v %v", r, err)
 	}
 	stats, err := st.Stats(ctx, m)
 	if err != nil {

@@ -14,9 +14,10 @@ import (
 // shard's due set, never by reading the messages. One script call a
 // shard, all shards in one pipelined round trip: at M shards and B
 // buckets, M calls and M*B ZCOUNTs of O(log N) each. At M = 256 with
-// 10,000,000 pending, 60 minutes take 64 ms (p99 71) and 168 hours 123 ms
-// (p99 155) on two shared cores (scripts/bench.sh -only console); serve
-// caches a profile 5 s (httpapi).
+// 10,000,000 pending, 60 minutes take 69 ms (p99 75) and 168 hours 154 ms
+// (p99 160) on two shared cores (scripts/bench.sh -only console; one
+// topic's: 109 ms, p99 122, and 202 ms, p99 210); serve caches a profile
+// 5 s (httpapi).
 //
 // One topic's profile (TopicProfile) is counted from a bounded sample.
 // The due sets do not know topics, and an index of them by topic would
@@ -142,6 +143,7 @@ var topicProfileScript = redis.NewScript(nowMs + topicOf + `
 local w, n, topic, c = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local start = now - (now % w)
 local out = {now, start}
+local held = redis.call('EXISTS', KEYS[4]) == 1
 local function count(key, r0, k)
   if k == 0 then return 0, 0 end
   local ids
@@ -167,7 +169,7 @@ local function bucket(key, lo, hi, r0)
   out[#out + 1] = k
   out[#out + 1] = r
   out[#out + 1] = t
-  out[#out + 1] = redis.call('ZCOUNT', KEYS[4], lo, hi)
+  out[#out + 1] = held and redis.call('ZCOUNT', KEYS[4], lo, hi) or 0
   return k
 end
 local overdue = redis.call('ZCOUNT', KEYS[1], '-inf', now)
