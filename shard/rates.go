@@ -73,7 +73,8 @@ return 1
 // SampleRates adds a sample of the fleet's counters to RatesKey unless one
 // was taken in the last interval (by any process), reading every shard
 // ever used (the layout's largest M) in one pipelined round trip. It
-// reports whether it took the sample.
+// reports whether it took the sample; a counter that is not a number is
+// left out of it, and the error names it.
 func (s *Store) SampleRates(ctx context.Context, interval time.Duration) (bool, error) {
 	key := RatesKey(s.ns)
 	args := []any{interval.Milliseconds(), RatesKeep.Milliseconds()}
@@ -95,11 +96,15 @@ func (s *Store) SampleRates(ctx context.Context, interval time.Duration) (bool, 
 		return false, fmt.Errorf("rates: read the counters: %w", err)
 	}
 	t := counterTotals{Late: map[string]int64{}}
+	var bad error // a counter that is not a number (only a hand could write one): left out, said
 	for i, c := range cmds {
 		for f, v := range c.Val() {
 			x, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				return false, fmt.Errorf("rates: counter %s of %s is %q: %w", f, ShardKeys(s.ns, i).Counters, v, err)
+				if bad == nil {
+					bad = fmt.Errorf("rates: counter %s of %s is %q, left out of the sample: %w", f, ShardKeys(s.ns, i).Counters, v, err)
+				}
+				continue
 			}
 			switch {
 			case f == "enqueued":
@@ -118,6 +123,9 @@ func (s *Store) SampleRates(ctx context.Context, interval time.Duration) (bool, 
 		return false, fmt.Errorf("rates: %w", err)
 	}
 	took, err := s.run1(ctx, ratesSampleScript, []string{key}, append(args, string(b))...).Int()
+	if err == nil && bad != nil {
+		return took == 1, bad
+	}
 	return took == 1, wrapRates(err)
 }
 

@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,14 @@ func TestFleetRates(t *testing.T) {
 	if r.Published != p.Published || r.Sampled <= 0 {
 		t.Errorf("window: published %v a second over %s, the point %v", r.Published, r.Sampled, p.Published)
 	}
+	// A counter written by hand is left out, and named; the sample is taken.
+	if err := b.rdb.HSet(b.ctx, shard.ShardKeys(b.store.Namespace(), 2).Counters, "published", "lots").Err(); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		took, err := b.store.SampleRates(b.ctx, every)
+		return took && err != nil && strings.Contains(err.Error(), "counter published of ") && strings.Contains(err.Error(), `"lots"`)
+	}, func() string { return "no sample with the bad counter named" })
 	if _, err := b.store.Rates(b.ctx, time.Hour); err == nil {
 		t.Error("a window beyond what is kept: no error")
 	}
