@@ -245,15 +245,25 @@ func (s *Store) TopicProfile(ctx context.Context, m int, topic string, width tim
 	return p, nil
 }
 
-// Topics returns the topics producers have written messages under
-// (TopicsKey), sorted.
-func (s *Store) Topics(ctx context.Context) ([]string, error) {
-	ts, err := s.rdb.SMembers(ctx, TopicsKey(s.ns)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read topics: %w", err)
+// Topics returns up to limit of the topics producers have written
+// messages under (TopicsKey), sorted: SSCAN pages of 100, so a namespace
+// with very many topics costs a bounded read.
+func (s *Store) Topics(ctx context.Context, limit int) ([]string, error) {
+	var ts []string
+	var cursor uint64
+	for len(ts) < limit {
+		page, next, err := s.rdb.SScan(ctx, TopicsKey(s.ns), cursor, "", 100).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read topics: %w", err)
+		}
+		ts = append(ts, page...)
+		if cursor = next; cursor == 0 {
+			break
+		}
 	}
 	slices.Sort(ts)
-	return ts, nil
+	ts = slices.Compact(ts) // SSCAN may return an entry twice
+	return ts[:min(len(ts), limit)], nil
 }
 
 // KnownTopic reports whether producers have written messages under topic

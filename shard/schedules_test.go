@@ -318,7 +318,7 @@ func TestTopicProfile(t *testing.T) {
 	if q, _ := b.store.TopicProfile(b.ctx, 4, "none", time.Minute, 60); q.Counts[at(big)] != 0 || q.Counts[at(small)] != 0 {
 		t.Errorf("a topic without messages: %v", q.Counts)
 	}
-	if ts, err := b.store.Topics(b.ctx); err != nil || !slices.Equal(ts, []string{"a", "b"}) {
+	if ts, err := b.store.Topics(b.ctx, 100); err != nil || !slices.Equal(ts, []string{"a", "b"}) {
 		t.Errorf("topics %v, %v; want [a b]", ts, err)
 	}
 	if ok, err := b.store.KnownTopic(b.ctx, "a"); !ok || err != nil {

@@ -101,7 +101,7 @@ func shortDur(d time.Duration) string {
 }
 
 // dueChartFor reads the profile r asks for (?due=hour, else minute; ?topic=
-// one topic's) and the known topics, for the chart's topic field.
+// one topic's) and up to 200 known topics, for the chart's topic field.
 func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
 	res := r.URL.Query().Get("due")
 	if res != "hour" {
@@ -112,7 +112,7 @@ func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
 		return dueChart{}, err
 	}
 	chart := newDueChart(p)
-	if chart.Topics, err = c.o.Producer.Store().Topics(r.Context()); err != nil {
+	if chart.Topics, err = c.o.Producer.Store().Topics(r.Context(), 200); err != nil {
 		return dueChart{}, err
 	}
 	return chart, nil
