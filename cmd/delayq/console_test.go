@@ -251,7 +251,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	// Flow control: limit a topic, pause it (asked first), a bad rate named,
 	// resume.
-	do(chromedp.Click(chromedp.ID("nav-flows")), chromedp.WaitVisible(chromedp.ID("no-flows")),
+	// Navigated to, not clicked: the bulk page before it refreshes itself
+	// while a job runs, and a click can land on the page being replaced.
+	do(chromedp.Navigate(base+"/flows"), chromedp.WaitVisible(chromedp.ID("no-flows")),
 		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=topic]`), "sms"),
 		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=rate]`), "200/s"),
 		chromedp.SendKeys(chromedp.CSS(`#new-flow input[name=burst]`), "20"),
