@@ -886,54 +886,31 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
 	var profiles sync.WaitGroup
 	defer profiles.Wait()
-	// Open loop: every 10 ms send what the schedule says should have been
-	// sent by now, whatever the system under test does.
-	start := time.Now()
-	sent := 0
-	tick := time.NewTicker(10 * time.Millisecond)
-	var wg sync.WaitGroup
-	var enqErr atomic.Value
 	// The machine's work in the stationary part of the run (from 5 s,
 	// when every delay of 1-5 s is in play, to the producer's end): CPU
 	// of every process, and the scanners' claims.
 	var w0 window
-	for now := range tick.C {
-		el := now.Sub(start)
-		if el > b.c.steadyFor || ctx.Err() != nil {
-			break
+	start := time.Now()
+	sent, enqErr := openLoop(ctx, prod, ns, rate, start, func(el time.Duration) bool {
+		if el > b.c.steadyFor {
+			return false
 		}
 		if w0.at.at.IsZero() && el >= 5*time.Second {
 			if w0, err = b.workWindow(ctx, f, t); err != nil {
-				break // after the sends under way are done
+				return false // after the sends under way are done
 			}
 			if b.c.profileDir != "" {
 				name := fmt.Sprintf("steady-k%d-s%d-load%.0f", k, scanners, 100*load)
 				profiles.Go(func() { b.profile(ctx, f, name, b.c.steadyFor-el) })
 			}
 		}
-		want := int(rate * el.Seconds())
-		if want <= sent {
-			continue
-		}
-		msgs := make([]shard.Message, 0, want-sent)
-		for i := sent; i < want; i++ {
-			delay := time.Second + time.Duration(uint64(i)*2654435761%4000)*time.Millisecond
-			msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns, Body: body, Delay: delay})
-		}
-		sent = want
-		wg.Go(func() { // the send itself must not hold back the schedule
-			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
-				enqErr.Store(err)
-			}
-		})
-	}
-	tick.Stop()
-	wg.Wait()
+		return true
+	})
 	if err != nil {
 		return res, err
 	}
-	if err, _ := enqErr.Load().(error); err != nil {
-		return res, err
+	if enqErr != nil {
+		return res, enqErr
 	}
 	if !w0.at.at.IsZero() {
 		w1, err := b.workWindow(ctx, f, t)
@@ -972,6 +949,45 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	t.mu.Unlock()
 	res.P50, res.P99, res.P999, res.Max = t.quantiles()
 	return res, nil
+}
+
+// openLoop is the benchmarks' open-loop producer: from start, every 10 ms
+// it sends what rate says should have been sent by then (each message due
+// 1-5 s later), whatever the system under test does, the send itself in a
+// goroutine so that it never holds the schedule back. Before each send it
+// calls onTick with the time elapsed, and stops when that returns false or
+// ctx ends. It returns how many it sent, once every send is done, and the
+// last enqueue error.
+func openLoop(ctx context.Context, prod *shard.Producer, ns string, rate float64, start time.Time, onTick func(el time.Duration) bool) (int, error) {
+	sent := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	var enqErr atomic.Value
+	for now := range tick.C {
+		el := now.Sub(start)
+		if ctx.Err() != nil || !onTick(el) {
+			break
+		}
+		want := int(rate * el.Seconds())
+		if want <= sent {
+			continue
+		}
+		msgs := make([]shard.Message, 0, want-sent)
+		for i := sent; i < want; i++ {
+			delay := time.Second + time.Duration(uint64(i)*2654435761%4000)*time.Millisecond
+			msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns, Body: body, Delay: delay})
+		}
+		sent = want
+		wg.Go(func() {
+			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+				enqErr.Store(err)
+			}
+		})
+	}
+	wg.Wait()
+	err, _ := enqErr.Load().(error)
+	return sent, err
 }
 
 // ---- burst ----

@@ -172,55 +172,30 @@ func (b *bench) oneOffRun(ctx context.Context, rate float64, span time.Duration)
 	defer f.stop()
 	st, _ := shard.NewStore(b.rdb, ns)
 	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
-	start := time.Now()
-	sent := 0
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var wg sync.WaitGroup
-	var enqErr atomic.Value
 	var w0, w1 window
 	var c0, c1 int64
-	for now := range tick.C {
-		el := now.Sub(start)
-		if ctx.Err() != nil {
-			break
-		}
+	sent, enqErr := openLoop(ctx, prod, ns, rate, time.Now(), func(el time.Duration) bool {
 		if w0.at.at.IsZero() && el >= 6*time.Second {
 			if w0, err = b.workWindow(ctx, f, t); err == nil {
 				c0, err = b.commandCalls(ctx)
 			}
 			if err != nil {
-				break
+				return false
 			}
 		}
 		if el >= 6*time.Second+span {
 			if w1, err = b.workWindow(ctx, f, t); err == nil {
 				c1, err = b.commandCalls(ctx)
 			}
-			break
+			return false
 		}
-		want := int(rate * el.Seconds())
-		if want <= sent {
-			continue
-		}
-		msgs := make([]shard.Message, 0, want-sent)
-		for i := sent; i < want; i++ {
-			delay := time.Second + time.Duration(uint64(i)*2654435761%4000)*time.Millisecond
-			msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns, Body: body, Delay: delay})
-		}
-		sent = want
-		wg.Go(func() {
-			if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
-				enqErr.Store(err)
-			}
-		})
-	}
-	wg.Wait()
+		return true
+	})
 	if err != nil {
 		return res, err
 	}
-	if err, _ := enqErr.Load().(error); err != nil {
-		return res, err
+	if enqErr != nil {
+		return res, enqErr
 	}
 	res.delivered = w1.delivered - w0.delivered
 	if res.delivered <= 0 {
