@@ -266,6 +266,16 @@ func (s *Store) Topics(ctx context.Context, limit int) ([]string, error) {
 	return ts[:min(len(ts), limit)], nil
 }
 
+// RequireKnownTopic returns an *InvalidError naming the field topic when
+// KnownTopic says no (or the error of reading it).
+func (s *Store) RequireKnownTopic(ctx context.Context, topic string) error {
+	known, err := s.KnownTopic(ctx, topic)
+	if err == nil && !known {
+		err = invalid("topic", "%q: no message was ever written under this topic and it has no flow setting", topic)
+	}
+	return err
+}
+
 // KnownTopic reports whether producers have written messages under topic
 // or it has a flow setting (a limit or a pause set before any message).
 func (s *Store) KnownTopic(ctx context.Context, topic string) (bool, error) {

@@ -236,13 +236,15 @@ type Confirmed struct {
 // fleet's rates count publishes in; later ones count in "inf".
 var LatenessClasses = []int64{5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000}
 
-// lateArgs are the ack script's first arguments for ls: how many classes,
-// then each class with its count.
-func lateArgs(ls []Confirmed) []any {
+// lateArgs are the ack script's first arguments for the leases of a
+// round trip: how many classes, then each class with its count.
+func lateArgs(leases map[int][]Confirmed) []any {
 	var counts [16]int // by index into LatenessClasses; the last: beyond
-	for _, l := range ls {
-		if l.Late >= 0 {
-			counts[latenessIndex(l.Late)]++
+	for _, ls := range leases {
+		for _, l := range ls {
+			if l.Late >= 0 {
+				counts[latenessIndex(l.Late)]++
+			}
 		}
 	}
 	args := make([]any, 1, 1+2*MaxAckBatch+8)
@@ -305,16 +307,15 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 	// Every lateness class of the round trip goes with its first call: the
 	// rates sum all shards' counters, so where they are counted does not
 	// matter, and a busy scanner's flush pays a few HINCRBYs in all.
-	late := []Confirmed{}
-	for _, ls := range leases {
-		late = append(late, ls...)
-	}
+	first := true
 	for i, ls := range leases {
 		ks := ShardKeys(s.ns, i)
 		for len(ls) > 0 {
 			n := min(len(ls), MaxAckBatch)
-			args := lateArgs(late)
-			late = nil
+			args := []any{0}
+			if first {
+				args, first = lateArgs(leases), false
+			}
 			for _, l := range ls[:n] {
 				args = append(args, l.ID, l.Token)
 			}

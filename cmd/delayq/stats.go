@@ -246,11 +246,7 @@ func (e *env) dueProfile(ctx context.Context, st *shard.Store, topic string, asJ
 		}
 		v = httpapi.ProfileOf(p, "minute")
 	} else {
-		known, err := st.KnownTopic(ctx, topic)
-		if err == nil && !known {
-			err = &shard.InvalidError{Field: "topic", Reason: fmt.Sprintf("%q: no message was ever written under this topic and it has no flow setting", topic)}
-		}
-		if err != nil {
+		if err := st.RequireKnownTopic(ctx, topic); err != nil {
 			return e.fail("stats", err)
 		}
 		p, err := st.TopicProfile(ctx, n, topic, time.Minute, 60)

@@ -76,13 +76,8 @@ func (a *API) ReadDueProfile(ctx context.Context, resolution, topic string) (Due
 		return c.p, nil
 	}
 	if topic != "" {
-		known, err := a.o.Store.KnownTopic(ctx, topic)
-		if err != nil {
+		if err := a.o.Store.RequireKnownTopic(ctx, topic); err != nil {
 			return DueProfile{}, err
-		}
-		if !known {
-			return DueProfile{}, &shard.InvalidError{Field: "topic",
-				Reason: "\"" + topic + "\": no message was ever written under this topic and it has no flow setting"}
 		}
 	}
 	m, err := a.o.Shards(ctx)
