@@ -69,14 +69,14 @@ func main() {
 	flag.IntVar(&c.ceilingMsgs, "ceiling", 100_000, "messages per ceiling measurement")
 	flag.StringVar(&batches, "batches", "1,8,32", "claim batch sizes to compare (the first must be 1)")
 	flag.StringVar(&scanners, "scanners", "1,2,3", "scanner process counts for the steady runs")
-	flag.StringVar(&loads, "loads", "0.25,0.5", "steady loads, as fractions of the shared-core limit (d)")
+	flag.StringVar(&loads, "loads", "0.3,0.5", "steady loads, as fractions of the shared-core limit (d)")
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules,tracing); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules,tracing; ab, with -before, only when named); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
-	flag.StringVar(&c.before, "before", "", "flow and tracing scenarios: a delayq binary of the build before the feature, for the A/B with it off "+
+	flag.StringVar(&c.before, "before", "", "flow, tracing and ab scenarios: a delayq binary of another build (the one before a change or feature), for the A/B "+
 		"(scripts/bench.sh builds it from BEFORE=<git revision>)")
 	flag.StringVar(&scannerEnv, "scanner-env", "", "comma-separated NAME=value pairs added to every scanner's environment "+
 		"(to compare settings: -scanner-env GOMAXPROCS=1,DELAYQ_GOROUTINES=64)")
@@ -140,6 +140,15 @@ func main() {
 	}
 }
 
+// percents prints fractions as whole percents: "87% 92% 90%".
+func percents(xs []float64) string {
+	each := make([]string, len(xs))
+	for i, x := range xs {
+		each[i] = fmt.Sprintf("%.0f%%", 100*x)
+	}
+	return strings.Join(each, " ")
+}
+
 func ints(s string) []int {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -167,6 +176,7 @@ type results struct {
 	Flow      *flowResult       `json:"flow,omitempty"`
 	Schedules *schedulesResult  `json:"schedules,omitempty"`
 	Tracing   *tracingResult    `json:"tracing,omitempty"`
+	AB        *abResult         `json:"ab,omitempty"`
 	Targets   []target          `json:"targets"`
 	Notes     []string          `json:"notes,omitempty"`
 }
@@ -214,12 +224,12 @@ func (r *results) print(w *os.File) {
 	}
 	fmt.Fprintln(tw, "\nSATURATED DISPATCH (backlog all due; limits measured right before and after; the median round)\tmsg/s\tlimit (c)\tof (c)\tlimit (d)\tof (d)\tevery round, of (d)\t")
 	for _, s := range r.Saturated {
-		var each []string
+		var each []float64
 		for _, r := range s.Rounds {
-			each = append(each, fmt.Sprintf("%.0f%%", 100*r.OfShared))
+			each = append(each, r.OfShared)
 		}
 		fmt.Fprintf(tw, "k=%d, %d scanner(s), %d msgs\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f%%\t%s\t\n", s.Batch, s.Scanners, s.Messages, s.Rate,
-			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared, strings.Join(each, " "))
+			s.Limit, 100*s.OfLimit, s.Shared, 100*s.OfShared, percents(each))
 	}
 	fmt.Fprintln(tw, "\nSTEADY LOAD (open loop, due 1-5 s later; load as a fraction of (d), or of -limit)\tof (d) after\tdispatch msg/s\tp50\tp99\tp99.9\tmax\tearly\tbacklog\tclaim p50\tclaim p99\tcores busy\tthreads waiting for a CPU\t")
 	for _, s := range r.Steady {
@@ -296,7 +306,8 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "(i) bare amqp091-go consume + multiple ack, prefetch %d\t%.0f\t\t\n", in.Prefetch, in.ConsumeAck)
 		fmt.Fprintf(tw, "(ii) bare EnqueueBatch, one goroutine, batches of %d\t%.0f\t\t\n", in.Prefetch, in.EnqueueBatch)
 		fmt.Fprintf(tw, "(iii) shared-core limit: %d cores / CPU per message of (i)+(ii)\t%.0f\t\t\n", runtime.NumCPU(), in.Shared)
-		fmt.Fprintf(tw, "ingress, %d messages\t%.0f\t%.0f%% of (i, ii); %.0f%% of (iii)\t\n", in.Messages, in.Rate, 100*in.OfLower, 100*in.OfShared)
+		fmt.Fprintf(tw, "ingress, %d messages (the median of %d runs)\t%.0f\t%.0f%% of (i, ii); %.0f%% of (iii)\t\n", in.Messages, max(len(in.Runs), 1), in.Rate, 100*in.OfLower, 100*in.OfShared)
+		fmt.Fprintf(tw, "every run, of the lower ceiling\t%s\t\t\n", percents(in.Runs))
 		fmt.Fprintf(tw, "CPU per message: (i)\t%s\t\t\n", in.ConsumeAckCPU)
 		fmt.Fprintf(tw, "CPU per message: (ii)\t%s\t\t\n", in.EnqueueBatchCPU)
 		fmt.Fprintf(tw, "CPU per message: ingress\t%s\t\t\n", in.CPU)

@@ -69,12 +69,7 @@ func (b *bench) tracing(ctx context.Context) error {
 				return err
 			}
 			*x.out = append(*x.out, rate)
-			us := 0.0
-			if cpu != nil {
-				for _, v := range cpu.UsPerMsg {
-					us += v
-				}
-			}
+			us := cpu.total()
 			switch {
 			case x.name == "on":
 				usOn = append(usOn, us)
