@@ -660,12 +660,17 @@ func (c *channel) failAll() {
 
 // Confirm is the outcome of one publish, known once the broker confirms.
 type Confirm struct {
-	id   string
-	done chan struct{}
-	err  error
+	id     string
+	done   chan struct{} // Publish's; nil for PublishNotify's
+	notify func(error)   // PublishNotify's
+	err    error
 }
 
 func (f *Confirm) resolve(err error) {
+	if f.notify != nil {
+		f.notify(err)
+		return
+	}
 	f.err = err
 	close(f.done)
 }
@@ -699,6 +704,25 @@ func (f *Confirm) Wait(ctx context.Context) error {
 // Publish sends m and returns at once with a Confirm to wait on. It waits
 // for a connection while there is none, until ctx ends.
 func (p *Publisher) Publish(ctx context.Context, m Message) (*Confirm, error) {
+	return p.publish(ctx, m, nil)
+}
+
+// PublishNotify sends m as Publish does, and calls done once with the
+// outcome Confirm.Wait would return (never a context's error), on the
+// goroutine that reads the channel's confirms: no goroutine waits per
+// message and no hand-off follows the confirm. done must be quick and
+// must not wait for anything that waits for this publisher (a publish, a
+// Redis call): the confirms of its channel queue up behind it. When
+// PublishNotify returns an error, done is never called.
+func (p *Publisher) PublishNotify(ctx context.Context, m Message, done func(error)) error {
+	if done == nil {
+		return errors.New("publish: PublishNotify needs a done function")
+	}
+	_, err := p.publish(ctx, m, done)
+	return err
+}
+
+func (p *Publisher) publish(ctx context.Context, m Message, done func(error)) (*Confirm, error) {
 	for {
 		if err := p.WaitReady(ctx); err != nil {
 			return nil, err
@@ -710,7 +734,7 @@ func (p *Publisher) Publish(ctx context.Context, m Message) (*Confirm, error) {
 			continue
 		}
 		c := chans[p.rr.Add(1)%uint64(len(chans))]
-		f, err := c.publish(ctx, m)
+		f, err := c.publish(ctx, m, done)
 		if errors.Is(err, errChannelDead) {
 			// The channel is being reopened; another one, or the same one
 			// shortly, will take the message.
@@ -725,7 +749,7 @@ func (p *Publisher) Publish(ctx context.Context, m Message) (*Confirm, error) {
 
 var errChannelDead = errors.New("channel closed")
 
-func (c *channel) publish(ctx context.Context, m Message) (*Confirm, error) {
+func (c *channel) publish(ctx context.Context, m Message, done func(error)) (*Confirm, error) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.mu.Lock()
@@ -735,7 +759,10 @@ func (c *channel) publish(ctx context.Context, m Message) (*Confirm, error) {
 	}
 	ch := c.ch
 	seq := ch.GetNextPublishSeqNo()
-	f := &Confirm{id: m.MessageID, done: make(chan struct{})}
+	f := &Confirm{id: m.MessageID, notify: done}
+	if done == nil {
+		f.done = make(chan struct{})
+	}
 	c.pending[seq] = f
 	c.mu.Unlock()
 	mode := m.DeliveryMode

@@ -117,14 +117,15 @@ func TestPublishConfirmed(t *testing.T) {
 }
 
 // TestReturnsMatchTheirPublishes interleaves routable and unroutable
-// publishes from many goroutines: each Confirm must report its own fate.
+// publishes from many goroutines: each Confirm, and each PublishNotify
+// callback (the odd goroutines use it), must report its own fate.
 func TestReturnsMatchTheirPublishes(t *testing.T) {
 	shardtest.Require(t, rabbitErr)
 	t.Parallel()
 	ex, deliveries := topology(t, rabbit.URL)
 	p := start(t, rabbit.URL)
 	const n = 2000
-	var wg sync.WaitGroup
+	var wg, notified sync.WaitGroup
 	errs := make([]error, n)
 	for g := range 16 {
 		wg.Go(func() {
@@ -133,7 +134,16 @@ func TestReturnsMatchTheirPublishes(t *testing.T) {
 				if i%3 == 0 {
 					rk = "nowhere"
 				}
-				f, err := p.Publish(t.Context(), publisher.Message{Exchange: ex, RoutingKey: rk, MessageID: fmt.Sprint(i)})
+				m := publisher.Message{Exchange: ex, RoutingKey: rk, MessageID: fmt.Sprint(i)}
+				if g%2 == 1 {
+					notified.Add(1)
+					if err := p.PublishNotify(t.Context(), m, func(err error) { errs[i] = err; notified.Done() }); err != nil {
+						errs[i] = err
+						notified.Done()
+					}
+					continue
+				}
+				f, err := p.Publish(t.Context(), m)
 				if err == nil {
 					err = f.Wait(t.Context())
 				}
@@ -142,6 +152,7 @@ func TestReturnsMatchTheirPublishes(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	notified.Wait()
 	for i, err := range errs {
 		var re *publisher.ReturnedError
 		switch {

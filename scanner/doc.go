@@ -14,29 +14,31 @@
 //     stays its own atomic script call of at most ClaimBatch messages, so
 //     batch 1 is still the classic claim, but Redis and the scanner pay a
 //     read and a write syscall per round trip instead of per claim.
-//  4. For each message: decode, route (router), publish, and hand it to
-//     the settlers; then claim again at once, without waiting for the
-//     confirm. Before each claim the goroutine takes k places in the
-//     process's window (Config.Window) of claimed, unsettled messages and
-//     gives back what the claim did not fill; a message frees its place
-//     once settled. So no claimed message waits for a place while its
-//     lease runs, and at k = 32 a window of 128 keeps 4 claims in flight,
-//     not one per goroutine.
-//     Settler goroutines wait for each confirm: a confirmed message's lease
-//     goes to the ack batcher, which acks per shard, all shards in one
-//     pipelined round trip, every 10 ms or 1,024 leases; one that failed
-//     for now (connection lost, timeout) is released: due again after
-//     RetryDelay, doubled for each earlier attempt up to MaxRetryDelay,
-//     with jitter, as a redelivery. One the broker refused (nack, returned
-//     as unroutable, exchange missing) is retried the same way until
-//     MaxRefusals, then dead-lettered with the broker's reason. What can
-//     never be delivered (corrupt envelope, no route) is dead-lettered
-//     before publishing, and so is a message claimed past its deadline
-//     (shard.Message.ExpiresAt, MaxLateness; reason expired), by the Redis
-//     clock of its claim: late for any cause (an outage of the fleet, a
-//     failed publish's retry), it is never published. When confirms slow down,
-//     the window fills and workers stop claiming: backpressure, not expired
-//     leases.
+//  4. For each message: decode, route (router) and publish; then claim
+//     again at once, without waiting for the confirm. Before each claim
+//     the goroutine takes k places in the process's window (Config.Window)
+//     of claimed, unsettled messages and gives back what the claim did not
+//     fill; a message frees its place once settled. So no claimed message
+//     waits for a place while its lease runs, and at k = 32 a window of
+//     128 keeps 4 claims in flight, not one per goroutine. Each confirm is
+//     settled on the goroutine that reads its channel's confirms
+//     (settle.go: no goroutine waits per message): a confirmed message's
+//     lease goes to the ack batcher, which acks every 10 ms or 1,024
+//     leases, all shards in one pipelined round trip; a publish
+//     unconfirmed past PublishTimeout is taken by the confirm watch, and
+//     what failed goes to the failure settlers, which call Redis. One that
+//     failed for now (connection lost, timeout) is released: due again
+//     after RetryDelay, doubled for each earlier attempt up to
+//     MaxRetryDelay, with jitter, as a redelivery. One the broker refused
+//     (nack, returned as unroutable, exchange missing) is retried the same
+//     way until MaxRefusals, then dead-lettered with the broker's reason.
+//     What can never be delivered (corrupt envelope, no route) is
+//     dead-lettered before publishing, and so is a message claimed past its
+//     deadline (shard.Message.ExpiresAt, MaxLateness; reason expired), by
+//     the Redis clock of its claim: late for any cause (an outage of the
+//     fleet, a failed publish's retry), it is never published. When
+//     confirms slow down, the window fills and workers stop claiming:
+//     backpressure, not expired leases.
 //  5. A visit that leaves its shard with nothing due ends in the idle
 //     state, once the process has had a claim reply from every shard
 //     (before that, after a whole round of the cursor found nothing). Idle

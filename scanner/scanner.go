@@ -148,7 +148,7 @@ func (c Config) Validate() error {
 type Publisher interface {
 	Ready() bool
 	WaitReady(ctx context.Context) error
-	Publish(ctx context.Context, m publisher.Message) (*publisher.Confirm, error)
+	PublishNotify(ctx context.Context, m publisher.Message, done func(error)) error
 	ExchangeExists(ctx context.Context, name string) (bool, error)
 }
 
@@ -205,7 +205,8 @@ type Scanner struct {
 	// a releaser waiting for room never queues ahead of a claim, so held
 	// traffic cannot delay what falls due meanwhile (flow.go).
 	releaseWindow *semaphore.Weighted
-	queue         chan sent // published messages waiting for their confirms
+	watch         confirmWatch // published messages waiting for their confirms (settle.go)
+	failed        chan *sent   // messages whose publish failed, for the failure settlers
 	acks          *ackBatcher
 	claims        *claimer
 	flow          *flowControl // flow control at release (flow.go)
@@ -243,8 +244,9 @@ func (s *Scanner) stage(name string, end func()) *stage {
 // board hands due shards to idle goroutines (see dueBoard.run).
 const dispatchRound = time.Millisecond
 
-// settlers is the number of goroutines waiting for confirms.
-const settlers = 8
+// failureSettlers is the number of goroutines that settle failed publishes
+// (settle.go).
+const failureSettlers = 4
 
 // New checks cfg and deps and returns a Scanner ready to Start.
 func New(cfg Config, d Deps) (*Scanner, error) {
@@ -267,7 +269,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 	log := d.Log.Named("scanner")
 	s := &Scanner{cfg: cfg, d: d, log: log, board: newDueBoard(d.Now, dispatchRound), aff: newAffinity(), errLog: rateLimited{log: log, every: 5 * time.Second},
 		window: semaphore.NewWeighted(int64(cfg.Window)), releaseWindow: semaphore.NewWeighted(int64(cfg.Window)),
-		queue: make(chan sent, 2*cfg.Window)}
+		failed: make(chan *sent, 2*cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.flow = newFlowControl()
 	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics)
@@ -309,11 +311,13 @@ func (s *Scanner) Start(ctx context.Context) error {
 	st.wg.Go(func() { s.heartbeat(memberCtx) })
 	st, ackCtx := life("acks")
 	st.wg.Go(func() { s.acks.run(ackCtx, workCtx) })
-	// No more publishes once the claim stages ended: the settlers drain
-	// the queue and return.
-	st = s.stage("settlers", func() { close(s.queue) })
-	for range settlers {
-		st.wg.Go(func() { s.settle(workCtx, s.queue) })
+	// No more publishes once the claim stages ended: the confirm watch
+	// waits for the last confirms, then the failure settlers return.
+	noMore := make(chan struct{})
+	st = s.stage("settlers", func() { close(noMore) })
+	st.wg.Go(func() { s.watchConfirms(workCtx, noMore) })
+	for range failureSettlers {
+		st.wg.Go(func() { s.settleFailed(workCtx) })
 	}
 	st, claimerCtx := life("claimer") // answers every claim it took before it returns
 	for range claimPipelines {
@@ -340,9 +344,10 @@ func (s *Scanner) Start(ctx context.Context) error {
 //     messages; they finish publishing what they claimed and exit, and
 //     so do the due board's dispatcher and the flows' reader;
 //  2. claimer: it has answered every claim it took;
-//  3. settlers: no more publishes, so they wait for the outstanding
-//     confirms, settle each message (dead-letter, release, or queue its
-//     ack) and return;
+//  3. settlers: no more publishes, so the confirm watch waits until each
+//     outstanding message is settled (its ack queued on its confirm, or
+//     handed to the failure settlers: refused, lost, past its deadline),
+//     then the failure settlers finish and return;
 //  4. acks: the ack batcher flushes the last acks;
 //  5. wake-up notices.
 //
@@ -570,14 +575,11 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 			w.Release(1)
 			continue
 		}
-		f, err := s.d.Publisher.Publish(pctx, m)
-		if err != nil {
+		if err := s.publish(pctx, i, c, m, deadline, held, span); err != nil {
 			s.release(ctx, i, c, err)
 			endSpan(span, "released for a retry", err.Error(), false)
 			w.Release(1)
-			continue
 		}
-		s.queue <- sent{shard: i, c: *c, confirm: f, deadline: deadline, published: time.Now(), held: held, span: span}
 	}
 }
 

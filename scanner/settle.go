@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -16,59 +17,162 @@ import (
 type sent struct {
 	shard     int
 	c         shard.Claimed
-	confirm   *publisher.Confirm
 	deadline  time.Time // publish + confirm must be done by then, else release
 	published time.Time
 	held      string     // the topic whose releaser let it go, "" when a claim took it
 	span      trace.Span // its publish span; nil when tracing is off
+	// settled is set once, by whichever comes first: its confirm, or the
+	// confirm watch when the deadline passed (or the scanner abandons
+	// its work). The other one then leaves it alone.
+	settled atomic.Bool
+	err     error // why it failed, for the failure settlers
 }
 
-// settle waits for confirms and settles each message: ack (batched) on
-// success, dead-letter when returned, release otherwise. Several settle
-// goroutines read the same queue, so one slow confirm does not hold up the
-// others.
+// Settling a message, the design: the publisher calls back on the
+// goroutine that reads its channel's confirms (PublishNotify), and the
+// usual outcome, a confirm, is settled right there: metrics, the lease
+// to the ack batcher, its place in the window given back. No goroutine
+// waits per message, and a confirm is not handed from goroutine to
+// goroutine on its way to the ack (a settler per message cost two
+// hand-offs and a timer each). What needs Redis at once (a refusal to
+// dead-letter, a failure to release) goes to the failure settlers
+// (settleFailed), since a Redis call on the publisher's goroutine would
+// hold up every confirm of its channel.
 //
-// One timer per settler, re-armed per message, bounds the wait (cheaper
-// than a context with a deadline per message); a confirm already in is
-// taken without arming it.
-func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for m := range queue {
-		var err error
+// The confirm watch (watchConfirms) bounds the wait instead of a timer per
+// message: every watchEvery it takes each message still unconfirmed past
+// its deadline and releases it for a retry, as the settler's timer did;
+// a confirm that arrives after that finds it settled and is ignored (the
+// message is published again: at least once).
+
+// confirmWatch is the set of published messages not yet known settled.
+type confirmWatch struct {
+	mu      sync.Mutex
+	waiting []*sent      // published; the settled ones are dropped at each tick
+	open    atomic.Int64 // published and not yet settled (nor handed to a failure settler)
+}
+
+// watchEvery is how often the confirm watch looks for messages past their
+// deadline: a tenth of the publish timeout, within [10 ms, 100 ms].
+func (s *Scanner) watchEvery() time.Duration {
+	return min(max(s.cfg.PublishTimeout/10, 10*time.Millisecond), 100*time.Millisecond)
+}
+
+// publish sends m (the message of claim c, taken from shard i) and hands its
+// outcome to onConfirm. It reports the publisher's error, in which case
+// nothing was published and the caller settles c.
+func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, held string, span trace.Span) error {
+	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), held: held, span: span}
+	s.watch.open.Add(1)
+	s.watch.mu.Lock()
+	s.watch.waiting = append(s.watch.waiting, x)
+	s.watch.mu.Unlock()
+	if err := s.d.Publisher.PublishNotify(ctx, m, func(err error) { s.onConfirm(x, err) }); err != nil {
+		x.settled.Store(true)
+		s.watch.open.Add(-1)
+		return err
+	}
+	return nil
+}
+
+// onConfirm settles m with its publish's outcome, on the publisher's
+// goroutine: a confirm here (acks.add waits only while Redis is behind
+// the broker by 4 flushes: backpressure on the confirms, as intended),
+// anything else by the failure settlers.
+func (s *Scanner) onConfirm(m *sent, err error) {
+	if !m.settled.CompareAndSwap(false, true) {
+		return // the watch released it already
+	}
+	if err != nil {
+		m.err = err
+		s.failed <- m
+		s.watch.open.Add(-1)
+		return
+	}
+	now := time.Now()
+	s.d.Metrics.Published.Inc()
+	s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
+	lateBy := max(0, now.Sub(time.UnixMilli(m.c.DueMs)))
+	late := lateBy.Seconds()
+	if m.held == "" {
+		observe(s.d.Metrics.Lateness, late, m.span)
+	} else { // the lateness its topic's limit or pause chose: apart
+		s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
+		lateBy = -1
+	}
+	if m.c.Attempt > 1 {
+		s.d.Metrics.Redelivered.Inc()
+	}
+	s.acks.add(m.shard, shard.Confirmed{Lease: m.c.Lease, Late: lateBy})
+	endSpan(m.span, "", "", false)
+	s.windowOf(m.held).Release(1) // this message no longer counts against its window
+	s.watch.open.Add(-1)
+}
+
+// watchConfirms hands every message still unconfirmed past its deadline to
+// the failure settlers, every watchEvery, and all of them once workCtx
+// ends (Stop abandons the work: each stays leased). After noMore is
+// closed (no more publishes), it returns, closing s.failed, once every
+// message is settled.
+func (s *Scanner) watchConfirms(workCtx context.Context, noMore <-chan struct{}) {
+	t := time.NewTicker(s.watchEvery())
+	defer t.Stop()
+	draining := false
+	for {
 		select {
-		case <-m.confirm.Done():
-			err = m.confirm.Err()
-		default:
-			timer.Reset(time.Until(m.deadline))
-			select {
-			case <-m.confirm.Done():
-				err = m.confirm.Err()
-			case <-timer.C:
-				err = context.DeadlineExceeded
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			timer.Stop()
+		case <-t.C:
+		case <-noMore:
+			draining, noMore = true, nil
+			t.Reset(5 * time.Millisecond) // Stop waits on the last confirms
+		case <-workCtx.Done():
 		}
+		s.expireOverdue(time.Now(), workCtx.Err())
+		if draining && s.watch.open.Load() == 0 {
+			close(s.failed)
+			return
+		}
+		if workCtx.Err() != nil {
+			t.Reset(5 * time.Millisecond)
+		}
+	}
+}
+
+// expireOverdue takes the messages past their deadline at now (all of
+// them when abandon is not nil) from the watch and hands them to the
+// failure settlers, and drops the settled ones.
+func (s *Scanner) expireOverdue(now time.Time, abandon error) {
+	s.watch.mu.Lock()
+	keep := s.watch.waiting[:0]
+	var overdue []*sent
+	for _, m := range s.watch.waiting {
 		switch {
-		case err == nil:
-			now := time.Now()
-			s.d.Metrics.Published.Inc()
-			s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
-			lateBy := max(0, now.Sub(time.UnixMilli(m.c.DueMs)))
-			late := lateBy.Seconds()
-			if m.held == "" {
-				observe(s.d.Metrics.Lateness, late, m.span)
-			} else { // the lateness its topic's limit or pause chose: apart
-				s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
-				lateBy = -1
+		case m.settled.Load():
+		case abandon == nil && !now.After(m.deadline):
+			keep = append(keep, m)
+		case m.settled.CompareAndSwap(false, true):
+			m.err = abandon
+			if m.err == nil {
+				m.err = context.DeadlineExceeded
 			}
-			if m.c.Attempt > 1 {
-				s.d.Metrics.Redelivered.Inc()
-			}
-			s.acks.add(m.shard, shard.Confirmed{Lease: m.c.Lease, Late: lateBy})
-			endSpan(m.span, "", "", false)
+			overdue = append(overdue, m)
+		}
+	}
+	clear(s.watch.waiting[len(keep):])
+	s.watch.waiting = keep
+	s.watch.mu.Unlock()
+	for _, m := range overdue {
+		s.failed <- m
+		s.watch.open.Add(-1)
+	}
+}
+
+// settleFailed settles the messages whose publish failed: dead-letter when
+// the broker refused them, release otherwise. Several run, so one slow
+// Redis call does not hold up the others.
+func (s *Scanner) settleFailed(ctx context.Context) {
+	for m := range s.failed {
+		err := m.err
+		switch {
 		case errors.Is(err, publisher.ErrReturned):
 			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error(), true})
 			endSpan(m.span, "refused", err.Error(), false)
@@ -79,7 +183,7 @@ func (s *Scanner) settle(ctx context.Context, queue <-chan sent) {
 			s.release(ctx, m.shard, &m.c, err)
 			endSpan(m.span, "released for a retry", err.Error(), false)
 		}
-		s.windowOf(m.held).Release(1) // this message no longer counts against its window
+		s.windowOf(m.held).Release(1)
 	}
 }
 
