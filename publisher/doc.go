@@ -8,7 +8,9 @@
 // transient one (Message.DeliveryMode). Publish returns a Confirm at once;
 // Confirm.Wait returns nil only after the broker's ack, and ErrReturned (a
 // *ReturnedError) when the broker returned the message as unroutable, so a
-// returned message is never taken for delivered. One goroutine per channel
+// returned message is never taken for delivered. PublishNotify reports the
+// same outcome to a function instead, called on the goroutine that reads
+// the confirms (no goroutine waits per message). One goroutine per channel
 // reads both the (unbuffered) return notifications and the confirms; the
 // client library hands over a return before it processes the ack of the
 // same publish, so that goroutine always knows a publish was returned before

@@ -24,7 +24,8 @@
 //     settled on the goroutine that reads its channel's confirms
 //     (settle.go: no goroutine waits per message): a confirmed message's
 //     lease goes to the ack batcher, which acks every 10 ms or 1,024
-//     leases, all shards in one pipelined round trip; a publish
+//     leases, all shards in one round trip (one script call for them all
+//     on a single Redis server, one a shard on Redis Cluster); a publish
 //     unconfirmed past PublishTimeout is taken by the confirm watch, and
 //     what failed goes to the failure settlers, which call Redis. One that
 //     failed for now (connection lost, timeout) is released: due again

@@ -2,7 +2,7 @@
 # One-command benchmark: installs what is missing, builds delayq, starts its
 # own Redis and RabbitMQ on loopback, measures the ceilings (claim script
 # alone, bare amqp091-go with confirms) and delayq's scenarios (saturated
-# dispatch, steady load at 25/50% of the shared-core limit (d) with 1-3 scanners
+# dispatch, steady load at 30/50% of the shared-core limit (d) with 1-3 scanners
 # and every claim batch, a burst
 # all due at one millisecond, an idle fleet, memory per pending message, a
 # bulk cancel by id prefix, the
@@ -20,6 +20,9 @@
 #                               tracing's cost when off, A/B against that revision
 #                               (e.g. the commit before tracing), and when on with
 #                               every message sampled and exported
+#   BEFORE=<git revision> scripts/bench.sh -only ab -batches 8 -rounds 5 -scanners 1,2 -limit 6000
+#                               one change's own effect: saturated dispatch and
+#                               steady runs, this build and that revision's in turn
 # Other flags go to delayq-bench (see: go run ./cmd/delayq-bench -h).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -17,13 +17,18 @@ import (
 // benchStore returns a store in a fresh namespace with n messages due now
 // in shard 0 of 1.
 func benchStore(b *testing.B, n int) (*shard.Store, *shard.Producer) {
+	return benchStoreM(b, n, 1)
+}
+
+// benchStoreM is benchStore over m shards.
+func benchStoreM(b *testing.B, n, m int) (*shard.Store, *shard.Producer) {
 	b.Helper()
 	shardtest.Require(b, srvErr)
 	st, err := shard.NewStore(srv.Client(b), shardtest.Namespace(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	prod := shard.NewProducer(st, fixed(1), shard.ProducerOptions{})
+	prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
 	body := make([]byte, 100)
 	for start := 0; start < n; start += 1000 {
 		msgs := make([]shard.Message, 0, 1000)
@@ -212,4 +217,39 @@ func BenchmarkAck(b *testing.B) {
 			b.ReportMetric(float64(redisCPU(b, rdb)-cpu0)/float64(b.N*k)/1e3, "redis-µs/msg")
 		})
 	}
+	// A flush of a steady load: a few leases in each of 16 shards, as a
+	// scanner's 10 ms of acks at a few thousand messages a second.
+	const m, per = 16, 4
+	b.Run(fmt.Sprintf("shards=%d,per-shard=%d", m, per), func(b *testing.B) {
+		st, _ := benchStoreM(b, b.N*m*per*2, m)
+		rdb := srv.Client(b)
+		ctx := context.Background()
+		flushes := make([]map[int][]shard.Confirmed, 0, b.N)
+		for range b.N {
+			f := map[int][]shard.Confirmed{}
+			for i := range m {
+				r, err := st.Claim(ctx, i, per, time.Hour)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, c := range r.Msgs {
+					f[i] = append(f[i], shard.Confirmed{Lease: c.Lease, Late: 3 * time.Millisecond})
+				}
+			}
+			flushes = append(flushes, f)
+		}
+		b.ReportAllocs()
+		cpu0 := redisCPU(b, rdb)
+		b.ResetTimer()
+		n := 0
+		for _, f := range flushes {
+			k, err := st.AckShards(ctx, f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += k
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+		b.ReportMetric(float64(redisCPU(b, rdb)-cpu0)/float64(n)/1e3, "redis-µs/msg")
+	})
 }

@@ -299,53 +299,60 @@ end
 return out
 `)
 
-// ackScript ends the life of messages whose publish the broker confirmed.
+// ackScript ends the life of messages whose publish the broker confirmed,
+// in one shard or several (a single Redis server takes the leases of
+// every shard of a flush in one call; Redis Cluster, where a script's keys
+// must share a slot, one call per shard).
 //
-//	KEYS[1] msg HASH   KEYS[2] inflight ZSET   KEYS[3] attempts HASH   KEYS[4] counters HASH
+//	KEYS: for each shard, 4 keys: msg HASH, inflight ZSET, attempts HASH,
+//	counters HASH
 //	ARGV[1] k, then k pairs: a lateness class (the upper bound in ms of a
 //	lateness bucket, LatenessClasses) and how many publishes fell in it
-//	(AckShards sends those of its whole round trip with its first call);
-//	then pairs: id, lease token, id, lease token, ...
+//	(AckShards sends those of its whole round trip with its first call;
+//	they are counted in the first shard's counters); then for each shard
+//	of KEYS, in order: n, then n pairs: id, lease token, ...
 //
 // For each id still leased with that token: remove the lease, the envelope
 // and the attempt count. An id whose lease was lost (it expired and was
 // re-queued, maybe claimed again) is left alone: this script cannot tell a
 // re-queued copy from a new message that reuses the id, and deleting the
 // latter would lose it. The price is one duplicate delivery.
-// One ZMSCORE checks every lease, then one ZREM and two HDELs remove the
-// acked ones: 4 calls for the whole batch (Redis 6.2 or newer). A token
-// is compared as the string ZMSCORE returns before it is parsed: a
-// millisecond deadline prints as its digits on both sides, so the usual
-// ack parses no number. For the fleet's rates (Store.Rates): the acked
-// count goes to counters.published, and each class's count to
+// Per shard, one ZMSCORE checks every lease, then one ZREM and two HDELs
+// remove the acked ones: 4 calls for the shard's batch (Redis 6.2 or
+// newer); ZREM's reply is the count (an id twice in a batch counts once).
+// A token is compared as the string ZMSCORE returns before it is parsed:
+// a millisecond deadline prints as its digits on both sides, so the usual
+// ack parses no number. For the fleet's rates (Store.Rates): each shard's
+// acked count goes to its counters.published, and each class's count to
 // counters.late:<class>, one HINCRBY each (the classes come summed per
 // round trip, so a message costs next to nothing more; a lease lost
 // meanwhile still counts there, and its redelivery again).
 // Returns the number of ids acked. Complexity: O(n log N) for n ids.
 var ackScript = redis.NewScript(`
 local k = tonumber(ARGV[1])
-local ids, tokens, seen = {}, {}, {}
-for i = 2 + 2 * k, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-  tokens[#tokens + 1] = ARGV[i + 1]
-end
-local scores = redis.call('ZMSCORE', KEYS[2], unpack(ids))
-local acked = {}
-for i, id in ipairs(ids) do
-  local s = scores[i]
-  if s and (s == tokens[i] or tonumber(s) == tonumber(tokens[i])) and not seen[id] then
-    seen[id] = true
-    acked[#acked + 1] = id
+local a = 2 + 2 * k
+local total = 0
+for j = 1, #KEYS, 4 do
+  local n = tonumber(ARGV[a])
+  local ids = {}
+  for i = 1, n do ids[i] = ARGV[a + 2 * i - 1] end
+  local scores = redis.call('ZMSCORE', KEYS[j + 1], unpack(ids))
+  local acked = {}
+  for i = 1, n do
+    local s, t = scores[i], ARGV[a + 2 * i]
+    if s and (s == t or tonumber(s) == tonumber(t)) then acked[#acked + 1] = ids[i] end
   end
+  if #acked > 0 then
+    local m = redis.call('ZREM', KEYS[j + 1], unpack(acked))
+    redis.call('HDEL', KEYS[j], unpack(acked))
+    redis.call('HDEL', KEYS[j + 2], unpack(acked))
+    redis.call('HINCRBY', KEYS[j + 3], 'published', m)
+    total = total + m
+  end
+  a = a + 1 + 2 * n
 end
-if #acked > 0 then
-  redis.call('ZREM', KEYS[2], unpack(acked))
-  redis.call('HDEL', KEYS[1], unpack(acked))
-  redis.call('HDEL', KEYS[3], unpack(acked))
-  redis.call('HINCRBY', KEYS[4], 'published', #acked)
-end
-for j = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * j], ARGV[3 + 2 * j]) end
-return #acked
+for c = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * c], ARGV[3 + 2 * c]) end
+return total
 `)
 
 // releaseScript gives a lease back early, after a publish failed: due

@@ -739,6 +739,43 @@ func TestAckShardsSplitsAndSurvivesScriptFlush(t *testing.T) {
 	}
 }
 
+// TestAckShardsPacksShards: on a single server one call takes the leases
+// of several shards (up to its limit, then the next call): every held
+// lease is acked and counted in its own shard's counters, a lease lost
+// meanwhile (its token no longer held) is left alone, and a lease sent
+// twice counts once.
+func TestAckShardsPacksShards(t *testing.T) {
+	const m = 5
+	b := setup(t, m)
+	for i := range 700 {
+		b.enqueue(t, fmt.Sprintf("p%d", i), 0)
+	}
+	leases := map[int][]shard.Confirmed{}
+	held := map[int]int{}
+	for _, c := range b.claimAll(t, 1000, time.Minute) {
+		i := shard.Of(c.ID, m)
+		leases[i] = append(leases[i], shard.Confirmed{Lease: c.Lease, Late: time.Millisecond})
+		held[i]++
+	}
+	stale := leases[1][0]
+	leases[1][0].Token-- // a lease this scanner no longer holds
+	held[1]--
+	leases[2] = append(leases[2], leases[2][0]) // the same lease twice
+	n, err := b.store.AckShards(b.ctx, leases)
+	if err != nil || n != 699 {
+		t.Fatalf("AckShards = %d, %v; want 699", n, err)
+	}
+	for i := range m {
+		got, err := b.rdb.HGet(b.ctx, shard.ShardKeys(b.store.Namespace(), i).Counters, "published").Int()
+		if err != nil || got != held[i] {
+			t.Errorf("shard %d: published %d (%v), want %d", i, got, err, held[i])
+		}
+	}
+	if info, _ := b.prod.Inspect(b.ctx, stale.ID); info.State != shard.StateInFlight {
+		t.Errorf("the lost lease's message: %s, want still in flight", info.State)
+	}
+}
+
 func TestDeadListRedrivePurge(t *testing.T) {
 	b := setup(t, 2)
 	for _, id := range []string{"d1", "d2", "d3"} {

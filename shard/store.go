@@ -287,43 +287,65 @@ func latenessClass(d time.Duration) string {
 	return "inf"
 }
 
-// MaxAckBatch is the most leases one ack script call settles, so that no
-// call runs long; AckShards splits larger batches.
-const MaxAckBatch = 64
+// MaxAckBatch is the most leases of one shard one ack script call
+// settles, and maxAckCall the most of all its shards, so that no call
+// runs long (about a millisecond of Redis for maxAckCall); AckShards
+// splits larger batches.
+const (
+	MaxAckBatch = 64
+	maxAckCall  = 256
+)
 
 // AckShards acks the leases of several shards in one pipelined round trip
-// (one ack script call per shard and per MaxAckBatch leases) and returns
-// how many were still held. On error, some may have been acked; the rest
-// will be delivered again. With ErrNotReplicated every ack took effect on
-// the master (they count), but fewer replicas than asked for have it: the
-// messages come back only if the master fails over before they do.
+// and returns how many were still held. On a single Redis server a call
+// takes several shards' leases (up to maxAckCall; a script call's own
+// cost is paid per call, so a flush of a few leases in each of many shards
+// costs one call, not one a shard); on Redis Cluster each call is one
+// shard's. On error, some may have been acked; the rest will be delivered
+// again. With ErrNotReplicated every ack took effect on the master (they
+// count), but fewer replicas than asked for have it: the messages come
+// back only if the master fails over before they do.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int, error) {
+	_, perShard := s.rdb.(*redis.ClusterClient)
 	type batch struct {
-		shard int
-		n     int
+		shards []int
+		n      int
 	}
 	var calls []call
 	var batches []batch
+	var keys []string
+	var args []any
+	var shards []int
+	n := 0
+	end := func() {
+		if len(keys) > 0 {
+			calls = append(calls, call{ackScript, keys, args})
+			batches = append(batches, batch{shards, n})
+		}
+		keys, args, shards, n = nil, []any{0}, nil, 0
+	}
 	// Every lateness class of the round trip goes with its first call: the
 	// rates sum all shards' counters, so where they are counted does not
 	// matter, and a busy scanner's flush pays a few HINCRBYs in all.
-	first := true
+	keys, args = nil, lateArgs(leases)
 	for i, ls := range leases {
 		ks := ShardKeys(s.ns, i)
 		for len(ls) > 0 {
-			n := min(len(ls), MaxAckBatch)
-			args := []any{0}
-			if first {
-				args, first = lateArgs(leases), false
+			m := min(len(ls), MaxAckBatch)
+			if n > 0 && (perShard || n+m > maxAckCall) {
+				end()
 			}
-			for _, l := range ls[:n] {
+			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters)
+			shards = append(shards, i)
+			args = append(args, m)
+			for _, l := range ls[:m] {
 				args = append(args, l.ID, l.Token)
 			}
-			calls = append(calls, call{ackScript, []string{ks.Msg, ks.Inflight, ks.Attempts, ks.Counters}, args})
-			batches = append(batches, batch{i, n})
-			ls = ls[n:]
+			n += m
+			ls = ls[m:]
 		}
 	}
+	end()
 	if len(calls) == 0 {
 		return 0, nil
 	}
@@ -336,7 +358,7 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 		}
 		total += int(n)
 		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("ack %d messages of shard %d: %w", batches[j].n, batches[j].shard, err)
+			firstErr = fmt.Errorf("ack %d messages of shard(s) %v: %w", batches[j].n, batches[j].shards, err)
 		}
 	}
 	return total, firstErr
