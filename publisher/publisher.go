@@ -664,9 +664,16 @@ type Confirm struct {
 	done   chan struct{} // Publish's; nil for PublishNotify's
 	notify func(error)   // PublishNotify's
 	err    error
+	// fired is set by the first of resolve and a failed publish's
+	// withdrawal: the outcome is told once, and never for a publish whose
+	// error the caller got.
+	fired atomic.Bool
 }
 
 func (f *Confirm) resolve(err error) {
+	if !f.fired.CompareAndSwap(false, true) {
+		return // its publish failed and said so
+	}
 	if f.notify != nil {
 		f.notify(err)
 		return
@@ -788,6 +795,11 @@ func (c *channel) publish(ctx context.Context, m Message, done func(error)) (*Co
 		c.mu.Lock()
 		delete(c.pending, seq)
 		c.mu.Unlock()
+		if !f.fired.CompareAndSwap(false, true) {
+			// The connection closed under the publish and failAll told
+			// its outcome (ErrConnectionLost) already: that stands.
+			return f, nil
+		}
 		if errors.Is(err, amqp.ErrClosed) {
 			return nil, errChannelDead
 		}
