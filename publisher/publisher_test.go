@@ -285,7 +285,11 @@ func TestNackReplacesTheChannel(t *testing.T) {
 			t.Fatalf("publish %d of %d to a rejecting queue: %v", i+1, n, err)
 		}
 	}
-	if believed < 1 || believed > 3 {
+	// Each channel takes publishes until its first nack comes back, so how
+	// many channels share the n depends on the machine's speed (a loaded
+	// one spread them over 4-7); what must hold is that a channel's later
+	// nacks are not believed.
+	if believed < 1 || believed > n/5 {
 		t.Errorf("%d of %d nacks believed; want one per channel that took them", believed, n)
 	}
 	if err := publishWait(t, p, routed); err != nil {

@@ -73,17 +73,21 @@ func (s *Scanner) watchEvery() time.Duration {
 // publish sends m (the message of claim c, taken from shard i) and hands its
 // outcome to onConfirm. It reports the publisher's error, in which case
 // nothing was published and the caller settles c.
+//
+// The watch sees the message only once the publish is out: a publish
+// that waits (for a connection, or while the broker blocks publishers)
+// ends at ctx's deadline, the message's own, and its caller settles it;
+// were the watch to take it meanwhile, both would.
 func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, held string, span trace.Span) error {
 	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), held: held, span: span}
-	s.watch.open.Add(1)
-	s.watch.mu.Lock()
-	s.watch.waiting = append(s.watch.waiting, x)
-	s.watch.mu.Unlock()
+	s.watch.open.Add(1) // before the publish: its confirm may come before the append below
 	if err := s.d.Publisher.PublishNotify(ctx, m, func(err error) { s.onConfirm(x, err) }); err != nil {
-		x.settled.Store(true)
 		s.watch.open.Add(-1)
 		return err
 	}
+	s.watch.mu.Lock()
+	s.watch.waiting = append(s.watch.waiting, x) // settled already, maybe: dropped at the next tick
+	s.watch.mu.Unlock()
 	return nil
 }
 

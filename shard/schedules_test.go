@@ -136,7 +136,10 @@ func TestScheduleResumePolicies(t *testing.T) {
 		want   int
 	}{{schedule.MissedSkip, 0}, {schedule.MissedLatest, 1}, {schedule.MissedAll, 10}} {
 		name := "every-" + c.missed
-		start := time.Now().Add(-9900 * time.Millisecond).Truncate(time.Millisecond)
+		// Ten occurrences past, the next 500 ms ahead: room for the
+		// create, pause and resume below on a loaded machine (with 100 ms,
+		// the pause could come after the next one and miss nothing).
+		start := time.Now().Add(-9500 * time.Millisecond).Truncate(time.Millisecond)
 		info, err := b.prod.UpsertSchedule(b.ctx, shard.Schedule{Name: name, Spec: "@every 1s", Start: start, Missed: c.missed,
 			Grace: 200 * time.Millisecond, Message: shard.Message{Topic: "t"}})
 		if err != nil {
