@@ -10,7 +10,7 @@
 # a topic limited to half of saturated dispatch beside an unlimited one) in
 # the same run, and prints a table with PASS/FAIL per target plus bench.json.
 #
-#   scripts/bench.sh            full run (about 15-20 minutes on 2 cores)
+#   scripts/bench.sh            full run (20-40 minutes on 2 cores, as fast as the host is)
 #   scripts/bench.sh -quick     every scenario with small sizes (about 3 minutes)
 #   BEFORE=<git revision> scripts/bench.sh -only flow
 #                               flow control's cost with no limit set, A/B against
