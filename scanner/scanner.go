@@ -170,13 +170,18 @@ type Deps struct {
 	Tracer trace.Tracer
 	// AtStep, when set, is called at each step of a message's way where a
 	// crash test kills the process: StepFired (an occurrence of a
-	// schedule fired: its next one stored, itself not yet published).
-	// For tests; nil in production.
+	// schedule fired: its next one stored, itself not yet published),
+	// StepConfirmed (the broker confirmed a message, its ack not yet
+	// queued: on the publisher's confirm goroutine). For tests; nil in
+	// production.
 	AtStep func(step string)
 }
 
 // The steps Deps.AtStep is called at.
-const StepFired = "fired"
+const (
+	StepFired     = "fired"
+	StepConfirmed = "confirmed"
+)
 
 // Counts are a scanner's running totals.
 type Counts struct {

@@ -105,6 +105,9 @@ func (s *Scanner) onConfirm(m *sent, err error) {
 		s.watch.open.Add(-1)
 		return
 	}
+	if s.d.AtStep != nil {
+		s.d.AtStep(StepConfirmed)
+	}
 	now := time.Now()
 	s.d.Metrics.Published.Inc()
 	s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())

@@ -14,7 +14,8 @@ import (
 // crashEnv names a test-only variable: DELAYQ_TEST_KILL_AT=step:n makes
 // `delayq scan` SIGKILL itself the n-th time its ingress reaches step
 // (received, stored, acked) or its scanner does (fired: an occurrence of a
-// schedule fired, not yet published), and `delayq clear` the n-th time a page of
+// schedule fired, not yet published; confirmed: the broker confirmed a
+// message, its ack not yet on its way to Redis), and `delayq clear` the n-th time a page of
 // its bulk cancel is done (step "page"), so that the crash tests can kill
 // the process at each line between a write and the next. It is not in the
 // Config table: nothing but the tests should set it.
