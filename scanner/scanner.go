@@ -548,11 +548,12 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 
 // deliver publishes a claimed batch of shard i (held messages of topic
 // held, released by the releaser at releasedMs, the Redis clock of its
-// grant; "" and 0 for a claim's) and hands each message to
-// the settlers, which wait for its confirm; it returns once the batch is
-// published, so the worker can claim again while confirms are under way.
+// grant; "" and 0 for a claim's); each confirm is settled where it is
+// read (settle.go). It returns once the batch is published, so the worker
+// can claim again while confirms are under way.
 // Each message holds a place in the window (taken before the claim) until
-// it is settled: here if it is not published, else by its settler.
+// it is settled: here if it is not published, else on its confirm or by
+// the confirm watch.
 // A message that can never be published (past its deadline at nowMs, the
 // claim's Redis clock, among others) is dead-lettered, one that cannot be
 // published now is released. What cannot be settled (Redis unreachable,
