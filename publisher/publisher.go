@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -94,8 +95,8 @@ type Options struct {
 	// TLS configures amqps:// connections (CA, client certificate); nil
 	// uses the system's roots.
 	TLS *tls.Config
-	// Channels is the number of AMQP channels publishes are spread over.
-	// Default 4.
+	// Channels is the number of AMQP channels publishes are spread over,
+	// each filled before the next (see the package doc). Default 4.
 	Channels int
 	// DialTimeout bounds one connection attempt. Default 10s.
 	DialTimeout time.Duration
@@ -168,7 +169,6 @@ type Publisher struct {
 	next int    // index in URLs of the node to try first; under mu
 	node string // the redacted URL of the connected node, "" when none; under mu
 
-	rr     atomic.Uint64
 	exMu   sync.Mutex
 	exSeen map[string]time.Time // exchange -> when it was seen to exist
 
@@ -466,6 +466,22 @@ type channel struct {
 	confirms chan amqp.Confirmation
 	returns  chan amqp.Return
 	closed   chan *amqp.Error
+
+	// load is what pick reads without the lock: the publishes awaiting a
+	// confirm, or deadLoad while dead. Stored with mu held (setLoad).
+	load atomic.Int64
+}
+
+// deadLoad is the load of a dead channel: pick never prefers one.
+const deadLoad = math.MaxInt64
+
+// setLoad publishes c's load for pick; mu must be held.
+func (c *channel) setLoad() {
+	if c.dead {
+		c.load.Store(deadLoad)
+	} else {
+		c.load.Store(int64(len(c.pending)))
+	}
 }
 
 // retireDrain bounds how long a channel retired after a nack waits for the
@@ -534,6 +550,7 @@ func (p *Publisher) handleChannel(conn *amqp.Connection, connected time.Time, c 
 				c.mu.Lock()
 				c.ch, c.confirms, c.returns, c.closed, c.dead = nc.ch, nc.confirms, nc.returns, nc.closed, false
 				c.pending, c.returned, c.probation, c.nacked, c.acked = nc.pending, nc.returned, nc.probation, false, false
+				c.setLoad()
 				c.mu.Unlock()
 				c.pubMu.Unlock()
 				p.log.Debug("AMQP channel reopened", zap.Bool("probation", nc.probation))
@@ -629,6 +646,7 @@ func (c *channel) resolve(log *zap.Logger, closeAsync func(*amqp.Channel)) {
 					zap.Int("outstanding", len(c.pending)), zap.Int("streak", c.streak))
 			}
 			idle := c.nacked && len(c.pending) == 0
+			c.setLoad()
 			c.mu.Unlock()
 			switch {
 			case f == nil:
@@ -652,6 +670,7 @@ func (c *channel) failAll() {
 	c.mu.Lock()
 	pending := c.pending
 	c.pending, c.returned, c.dead = map[uint64]*Confirm{}, map[string][]amqp.Return{}, true
+	c.setLoad()
 	c.mu.Unlock()
 	for _, f := range pending {
 		f.resolve(ErrConnectionLost)
@@ -740,7 +759,7 @@ func (p *Publisher) publish(ctx context.Context, m Message, done func(error)) (*
 		if len(chans) == 0 {
 			continue
 		}
-		c := chans[p.rr.Add(1)%uint64(len(chans))]
+		c := pick(chans)
 		f, err := c.publish(ctx, m, done)
 		if errors.Is(err, errChannelDead) {
 			// The channel is being reopened; another one, or the same one
@@ -755,6 +774,29 @@ func (p *Publisher) publish(ctx context.Context, m Message, done func(error)) (*
 }
 
 var errChannelDead = errors.New("channel closed")
+
+// fillDepth is how many unconfirmed publishes a channel takes before pick
+// spills onto the next one: at a steady load, the publishes of a moment
+// fit in one channel; a saturated scanner (a window of 256) fills them
+// all. The package doc has the A/B against round robin.
+const fillDepth = 32
+
+// pick returns the first channel with fewer than fillDepth publishes
+// awaiting a confirm, else the least loaded one (while every channel is
+// dead, the first, whose publish says so).
+func pick(chans []*channel) *channel {
+	best, bestLoad := chans[0], chans[0].load.Load()
+	for _, c := range chans {
+		l := c.load.Load()
+		if l < fillDepth {
+			return c
+		}
+		if l < bestLoad {
+			best, bestLoad = c, l
+		}
+	}
+	return best
+}
 
 func (c *channel) publish(ctx context.Context, m Message, done func(error)) (*Confirm, error) {
 	c.pubMu.Lock()
@@ -771,6 +813,7 @@ func (c *channel) publish(ctx context.Context, m Message, done func(error)) (*Co
 		f.done = make(chan struct{})
 	}
 	c.pending[seq] = f
+	c.setLoad()
 	c.mu.Unlock()
 	mode := m.DeliveryMode
 	if mode == 0 {
@@ -794,6 +837,7 @@ func (c *channel) publish(ctx context.Context, m Message, done func(error)) (*Co
 	if err != nil {
 		c.mu.Lock()
 		delete(c.pending, seq)
+		c.setLoad()
 		c.mu.Unlock()
 		if !f.fired.CompareAndSwap(false, true) {
 			// The connection closed under the publish and failAll told
