@@ -23,6 +23,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "scan" {
+		if err := execWithSysmonBackoff(); err != nil {
+			fmt.Fprintf(os.Stderr, "delayq scan: running without GODEBUG=%s: %v\n", scanSchedtrace, err)
+		}
+	}
 	// Only main knows about signals; everything below takes a context.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

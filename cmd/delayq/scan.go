@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/delayq/delayq/balance"
@@ -50,6 +52,61 @@ const scanGCPercent = 400
 // core is better split into more processes (the fleet scales out);
 // GOMAXPROCS overrides this.
 const scanProcs = 1
+
+// scanSchedtrace is the GODEBUG setting `delayq scan` runs with unless
+// GODEBUG sets schedtrace itself (schedtrace=0 turns this off). It is kept
+// for its side effect on the Go runtime's sysmon thread: without it,
+// sysmon parks whenever every P is idle, the first syscall after that
+// wakes it (runtime/proc.go, entersyscall), and it then polls every 20 µs
+// until the process is idle again. A scanner at a steady load is idle and
+// busy again thousands of times a second, so sysmon ran about as often as
+// all of its other threads together: 7,900 times a second and 82 ms of CPU
+// (a quarter of the process's) at 2,000 msg/s on the 2-core benchmark box.
+// With schedtrace set, sysmon never parks and backs off from 20 µs to
+// 10 ms while it finds nothing to do, so it runs about 100 times a second,
+// busy or idle. Against the default, three scanners at a steady 2,000 and
+// 6,000 msg/s (k = 8, `delayq-bench -only steady -scanners 3 -loads
+// 0.1,0.3 -limit 20000 -scanner-env GODEBUG=…`, two interleaved pairs):
+// the scanners' thread runs 18,000-21,000 → 5,000 a second and their CPU
+// 23-25 % lower at 2,000 msg/s; at 6,000 msg/s CPU 8-11 % lower and p99
+// 39.3 / 34.4 → 18.7 / 25.8 ms. The price: sysmon notices a goroutine
+// stuck in a blocking syscall, or running for over 10 ms, up to 10 ms
+// later (a scanner makes no blocking syscalls on its message path), and
+// the scheduler trace it is named for is printed every 2^31-1 ms (24.8
+// days; once at start on a host up longer than that).
+const scanSchedtrace = "schedtrace=2147483647"
+
+// execWithSysmonBackoff re-executes this process (same PID, arguments and
+// environment) with scanSchedtrace added to GODEBUG, which the runtime
+// reads only at start. It returns nil without doing anything on other
+// systems than Linux or when GODEBUG already sets schedtrace (so the new
+// image does not loop), and an error when the exec failed; on success it
+// does not return.
+func execWithSysmonBackoff() error {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	godebug := os.Getenv("GODEBUG")
+	for f := range strings.SplitSeq(godebug, ",") {
+		if strings.HasPrefix(strings.TrimSpace(f), "schedtrace=") {
+			return nil
+		}
+	}
+	if godebug != "" {
+		godebug += ","
+	}
+	env := []string{"GODEBUG=" + godebug + scanSchedtrace}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") {
+			env = append(env, kv)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(exe, os.Args, env)
+}
 
 func runScan(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 {
