@@ -259,8 +259,6 @@ func (w *world) jsonl(n int, spread time.Duration, prefix string) (string, []str
 	return b.String(), ids
 }
 
-// waitDelivered waits until every id arrived, then checks none was early
-// and reports lateness and duplicates.
 // duplicates counts the deliveries of ids beyond the first of each.
 func (w *world) duplicates(ids []string) (dups int) {
 	w.mu.Lock()
@@ -273,6 +271,24 @@ func (w *world) duplicates(ids []string) (dups int) {
 	return dups
 }
 
+// enqueueBurst enqueues n messages ids prefix-0 … all due at dueMs, through
+// the CLI, and returns their ids.
+func (w *world) enqueueBurst(n int, prefix string, dueMs int64) []string {
+	w.t.Helper()
+	var b strings.Builder
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		fmt.Fprintf(&b, `{"id":%q,"exchange":%q,"routing_key":"rk","at_ms":%d,"body":"x"}`+"\n", ids[i], w.exchange, dueMs)
+	}
+	if out, errOut, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
+		w.t.Fatalf("enqueue: %s %s", out, errOut)
+	}
+	return ids
+}
+
+// waitDelivered waits until every id arrived, then checks none was early
+// and reports lateness and duplicates.
 func (w *world) waitDelivered(ids []string, within time.Duration) (dups int) {
 	t := w.t
 	t.Helper()
@@ -384,16 +400,7 @@ func TestKillBetweenConfirmAndAck(t *testing.T) {
 	const lease = 2 * time.Second
 	w := newWorld(t, 4, fmt.Sprintf("DELAYQ_LEASE=%s", lease))
 	w.consume()
-	due := time.Now().UnixMilli()
-	var b strings.Builder
-	ids := make([]string, 5000)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("confirmed-%d", i)
-		fmt.Fprintf(&b, `{"id":%q,"exchange":%q,"routing_key":"rk","at_ms":%d,"body":"x"}`+"\n", ids[i], w.exchange, due)
-	}
-	if out, errOut, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
-		t.Fatalf("enqueue: %s %s", out, errOut)
-	}
+	ids := w.enqueueBurst(5000, "confirmed", time.Now().UnixMilli())
 	killed := w.scan("DELAYQ_TEST_KILL_AT=confirmed:1000")
 	select {
 	case <-killed.done:
@@ -433,15 +440,7 @@ func TestCrashDuringBurstRecoversAtLeaseSpeed(t *testing.T) {
 	steady := w.scan()
 	victim := w.scan()
 	due := time.Now().Add(3 * time.Second).UnixMilli()
-	var b strings.Builder
-	ids := make([]string, 20000)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("burst-%d", i)
-		fmt.Fprintf(&b, `{"id":%q,"exchange":%q,"routing_key":"rk","at_ms":%d,"body":"x"}`+"\n", ids[i], w.exchange, due)
-	}
-	if out, errOut, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
-		t.Fatalf("enqueue: %s %s", out, errOut)
-	}
+	ids := w.enqueueBurst(20000, "burst", due)
 	if wait := time.Until(time.UnixMilli(due)); wait > 0 {
 		time.Sleep(wait) // the burst falls due now, by design
 	}
