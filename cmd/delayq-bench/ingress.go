@@ -53,7 +53,13 @@ type ingressResult struct {
 // decides), -quick runs it once.
 const ingressRuns = 5
 
-const ingressPrefetch = 1024
+// ingressPrefetch is the ingress's default prefetch (DELAYQ_INGRESS_PREFETCH),
+// given to the ingress and to ceiling (i) alike; ingressBatch is the
+// largest batch the ingress writes (half of it), ceiling (ii)'s batch.
+const (
+	ingressPrefetch = 2048
+	ingressBatch    = ingressPrefetch / 2
+)
 
 func (b *bench) ingress(ctx context.Context) error {
 	runs := ingressRuns
@@ -91,7 +97,7 @@ func (b *bench) ingressRun(ctx context.Context) (*ingressResult, error) {
 		return nil, err
 	}
 	enqueueCPU := b.sampleCPU(nil).since(cpu0, n)
-	say("ceiling (ii): bare EnqueueBatch, one goroutine, batches of %d: %.0f msg/s; CPU %s", ingressPrefetch, enqueue, enqueueCPU)
+	say("ceiling (ii): bare EnqueueBatch, one goroutine, batches of %d: %.0f msg/s; CPU %s", ingressBatch, enqueue, enqueueCPU)
 	ns := b.namespace("ingress")
 	queue := "ingress-" + ns
 	if err := b.publishTo(ctx, queue, n, "in"); err != nil {
@@ -256,7 +262,7 @@ func (b *bench) bareConsumeAck(ctx context.Context, n int) (float64, *cpuUse, er
 }
 
 // bareEnqueueBatch is ceiling (ii): the same messages written by one
-// goroutine with EnqueueBatch in batches of ingressPrefetch.
+// goroutine with EnqueueBatch in batches of ingressBatch.
 func (b *bench) bareEnqueueBatch(ctx context.Context, n int) (float64, error) {
 	ns := b.namespace("ceiling-enqueue")
 	st, err := shard.NewStore(b.rdb, ns)
@@ -265,11 +271,11 @@ func (b *bench) bareEnqueueBatch(ctx context.Context, n int) (float64, error) {
 	}
 	defer b.rdb.FlushAll(ctx)
 	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
-	msgs := make([]shard.Message, 0, ingressPrefetch)
+	msgs := make([]shard.Message, 0, ingressBatch)
 	start := time.Now()
-	for i := 0; i < n; i += ingressPrefetch {
+	for i := 0; i < n; i += ingressBatch {
 		msgs = msgs[:0]
-		for j := i; j < min(i+ingressPrefetch, n); j++ {
+		for j := i; j < min(i+ingressBatch, n); j++ {
 			msgs = append(msgs, shard.Message{ID: "e-" + strconv.Itoa(j), Exchange: exchange, RoutingKey: ns,
 				Headers: amqp.Table{"tenant": "acme"}, Body: body, Delay: time.Hour})
 		}

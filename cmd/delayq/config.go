@@ -73,7 +73,7 @@ type Config struct {
 	RoutesFile          string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange     string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
 	Ingress             string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
-	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"1024" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
+	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"2048" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	IngressCancelWindow time.Duration `envconfig:"INGRESS_CANCEL_WINDOW" default:"1m" desc:"scan: a cancel over AMQP that finds nothing refuses a message with that id for this long (it may come right behind, through another scanner); 0 = never"`
 	RatesEvery          time.Duration `envconfig:"RATES_EVERY" default:"10s" desc:"scan, serve: how often the fleet's counters are sampled for the rates on the console and /v1/stats (the first process after the interval takes the sample); 0 = this process never does"`
 	ShutdownTimeout     time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"scan: on SIGTERM, how long to wait for outstanding confirms"`
