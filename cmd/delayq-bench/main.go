@@ -304,7 +304,7 @@ func (r *results) print(w *os.File) {
 	if in := r.Ingress; in != nil {
 		fmt.Fprintln(tw, "\nAMQP INGRESS (queue → Redis, one scanner)\tmsg/s\tof the lower ceiling\t")
 		fmt.Fprintf(tw, "(i) bare amqp091-go consume + multiple ack, prefetch %d\t%.0f\t\t\n", in.Prefetch, in.ConsumeAck)
-		fmt.Fprintf(tw, "(ii) bare EnqueueBatch, one goroutine, batches of %d\t%.0f\t\t\n", in.Prefetch, in.EnqueueBatch)
+		fmt.Fprintf(tw, "(ii) bare EnqueueBatch, one goroutine, batches of %d\t%.0f\t\t\n", max(1, in.Prefetch/2), in.EnqueueBatch)
 		fmt.Fprintf(tw, "(iii) shared-core limit: %d cores / CPU per message of (i)+(ii)\t%.0f\t\t\n", runtime.NumCPU(), in.Shared)
 		fmt.Fprintf(tw, "ingress, %d messages (the median of %d runs)\t%.0f\t%.0f%% of (i, ii); %.0f%% of (iii)\t\n", in.Messages, max(len(in.Runs), 1), in.Rate, 100*in.OfLower, 100*in.OfShared)
 		fmt.Fprintf(tw, "every run, of the lower ceiling\t%s\t\t\n", percents(in.Runs))
