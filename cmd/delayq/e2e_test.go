@@ -416,14 +416,11 @@ func TestKillBetweenConfirmAndAck(t *testing.T) {
 	// What the killed scanner held confirmed but not acked comes back when
 	// its lease expires, which may be after every message has arrived once
 	// (the other scanner delivered the rest): wait for it.
-	for dups == 0 && time.Since(at) < lease+30*time.Second {
-		time.Sleep(20 * time.Millisecond)
-		dups = w.duplicates(ids)
-	}
+	shardtest.WaitFor(t, lease+30*time.Second, func() bool { dups = w.duplicates(ids); return dups > 0 },
+		func() string {
+			return "no message delivered twice: the kill did not land between a confirm and its ack"
+		})
 	t.Logf("%d duplicates %s after the SIGKILL", dups, time.Since(at).Round(time.Millisecond))
-	if dups == 0 {
-		t.Error("no message delivered twice: the kill did not land between a confirm and its ack")
-	}
 }
 
 // TestCrashDuringBurstRecoversAtLeaseSpeed: 20,000 messages fall due at
