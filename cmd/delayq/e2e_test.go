@@ -817,6 +817,13 @@ func TestSigtermLeavesNothingInFlight(t *testing.T) {
 	if _, err := node.Ctl("set_vm_memory_high_watermark", "0.0001"); err != nil {
 		t.Fatal(err)
 	}
+	// Messages due now, enqueued once the alarm is on: the scanner may have
+	// published all of the batch above before the alarm took hold.
+	in, more = w.jsonl(2000, time.Millisecond, "term3")
+	if out, errOut, code := w.delayq(in, "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue under the alarm: %s %s", out, errOut)
+	}
+	ids = append(ids, more...)
 	shardtest.WaitFor(t, 30*time.Second, func() bool { return w.inFlight() > 0 }, func() string {
 		out, _, _ := w.delayq("", "stats")
 		return fmt.Sprintf("nothing in flight under the alarm; %d arrived\n%s\n%s", w.count(), out, second.log.String())
