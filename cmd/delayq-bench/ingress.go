@@ -3,17 +3,16 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
@@ -103,19 +102,19 @@ func (b *bench) ingressRun(ctx context.Context) (*ingressResult, error) {
 	if err := b.publishTo(ctx, queue, n, "in"); err != nil {
 		return nil, err
 	}
-	addr, f, err := b.ingressFleet(ns, queue)
+	f, err := b.ingressFleet(ns, queue)
 	if err != nil {
 		return nil, err
 	}
 	defer f.stop()
 	// Time from the first scheduled message to the last, read from the
-	// scanner's own counter.
+	// shards' counters in Redis.
 	var first time.Time
 	var c0 float64
 	cpu0 = b.sampleCPU(f)
 	deadline := time.Now().Add(time.Duration(n/200+60) * time.Second)
 	for {
-		v, err := scrapeScheduled(ctx, addr)
+		v, err := b.stored(ctx, ns)
 		if err == nil && v > 0 && first.IsZero() {
 			first, c0 = time.Now(), v
 			cpu0 = b.sampleCPU(f)
@@ -162,15 +161,10 @@ func (b *bench) ingressRun(ctx context.Context) (*ingressResult, error) {
 	return r, nil
 }
 
-// ingressFleet starts one scanner consuming queue, with its metrics
-// address.
-func (b *bench) ingressFleet(ns, queue string) (string, *fleet, error) {
-	f, err := b.startFleetOf(ns, 1, 1, shards, 8, "DELAYQ_INGRESS="+queue+"="+exchange,
+// ingressFleet starts one scanner consuming queue.
+func (b *bench) ingressFleet(ns, queue string) (*fleet, error) {
+	return b.startFleetOf(ns, 1, 1, shards, 8, "DELAYQ_INGRESS="+queue+"="+exchange,
 		"DELAYQ_INGRESS_PREFETCH="+strconv.Itoa(ingressPrefetch))
-	if err != nil {
-		return "", nil, err
-	}
-	return f.metrics[0], f, nil
 }
 
 // publishTo declares a durable queue and fills it with n persistent
@@ -292,34 +286,30 @@ func (b *bench) bareEnqueueBatch(ctx context.Context, n int) (float64, error) {
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-// scrapeScheduled reads delayq_ingress_messages_total{outcome="scheduled"}
-// from a scanner's /metrics.
-func scrapeScheduled(ctx context.Context, addr string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", addr, err)
-	}
-	var sum float64
-	if fam := families["delayq_ingress_messages_total"]; fam != nil {
-		for _, m := range fam.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "outcome" && l.GetValue() == "scheduled" && m.Counter != nil {
-					sum += m.Counter.GetValue()
-				}
-			}
+// stored reads how many messages the enqueue scripts have created in
+// namespace ns, from the shards' counters in Redis: 16 HGETs in one round
+// trip, tens of microseconds of Redis a read. (A scrape of the scanner's
+// /metrics, which this replaced, cost the scanner about 3.4 ms and Redis
+// 1.5 ms of CPU each: read every 20 ms, a sixth of the box's two cores
+// that the bare ceilings did not pay.)
+func (b *bench) stored(ctx context.Context, ns string) (float64, error) {
+	cmds := make([]*redis.StringCmd, shards)
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGet(ctx, shard.ShardKeys(ns, i).Counters, "enqueued")
 		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("reading the shards' enqueued counters: %w", err)
 	}
-	return sum, nil
+	var sum int64
+	for _, c := range cmds {
+		v, err := c.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("reading the shards' enqueued counters: %w", err)
+		}
+		sum += v
+	}
+	return float64(sum), nil
 }
