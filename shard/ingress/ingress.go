@@ -44,8 +44,12 @@ type Options struct {
 	// not.
 	Prefetch int
 	// Linger is how long a batch waits for more deliveries after its first
-	// one before it is written (less when it fills up). Default 2ms: a
-	// delay message has time, and Redis gets fewer, larger writes.
+	// one before it is handed to the writer (less when it fills up).
+	// Default 2ms: a delay message has time, and Redis gets fewer, larger
+	// writes. A batch the writer cannot take yet (it is writing the one
+	// before) keeps filling until it can, up to half the prefetch: so the
+	// batches grow with the time a write takes instead of queueing small
+	// ones, and the broker gets fewer acks.
 	Linger time.Duration
 	// MaxBody is the largest body accepted. Default shard.DefaultMaxBody.
 	MaxBody int
@@ -319,19 +323,23 @@ func (in *Ingress) session(ctx context.Context) error {
 	}
 }
 
-// consume gathers deliveries into batches (the first one, then whatever
-// comes within Linger, up to half the prefetch) and hands them to a writer
+// consume gathers deliveries into batches and hands them to a writer
 // goroutine that settles them in order, so that the next batch gathers
-// while the last one is written. It returns when ctx ends, the channel
-// closes or settling fails, after the writer has returned.
+// while the last one is written. A batch takes the first delivery, then
+// whatever comes within Linger, then, while the writer is still busy with
+// the batch before, whatever else comes, up to half the prefetch: so a
+// batch is as large as what arrives while one is written, and a slower
+// write makes fewer, larger batches instead of a queue of small ones. It
+// returns when ctx ends, the channel closes or settling fails, after the
+// writer has returned.
 func (in *Ingress) consume(ctx context.Context, ch *amqp.Channel, r Route, deliveries <-chan amqp.Delivery) error {
 	size := max(1, in.opts.Prefetch/2)
-	// Three buffers: one being written, one queued, one gathering.
-	free := make(chan []amqp.Delivery, 3)
-	for range 3 {
+	// Two buffers: one being written, one gathering.
+	free := make(chan []amqp.Delivery, 2)
+	for range 2 {
 		free <- make([]amqp.Delivery, 0, size)
 	}
-	full := make(chan []amqp.Delivery, 1)
+	full := make(chan []amqp.Delivery) // unbuffered: taken only by an idle writer
 	werr := make(chan error, 1)
 	wctx, stopWriter := context.WithCancel(ctx)
 	go func() {
@@ -356,11 +364,12 @@ func (in *Ingress) consume(ctx context.Context, ch *amqp.Channel, r Route, deliv
 	return err
 }
 
-// gather fills batches from free and queues them on full until ctx ends
+// gather fills batches from free and hands them on full until ctx ends
 // (nil) or deliveries closes (an error).
 func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, free, full chan []amqp.Delivery) error {
 	linger := time.NewTimer(0)
 	defer linger.Stop()
+	closed := errors.New("the broker ended the consumer (channel closed)")
 	for {
 		var batch []amqp.Delivery
 		select {
@@ -373,16 +382,18 @@ func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, 
 			return nil
 		case d, ok := <-deliveries:
 			if !ok {
-				return errors.New("the broker ended the consumer (channel closed)")
+				return closed
 			}
 			batch = append(batch, d)
 		}
 		linger.Reset(in.opts.Linger)
+		open := true // deliveries not closed
 	fill:
 		for len(batch) < cap(batch) {
 			select {
 			case d, ok := <-deliveries:
 				if !ok {
+					open = false
 					break fill
 				}
 				batch = append(batch, d)
@@ -390,10 +401,29 @@ func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, 
 				break fill
 			}
 		}
-		select {
-		case full <- batch:
-		case <-ctx.Done():
-			return nil // unacked: the broker redelivers
+		// Hand it over; until the writer takes it, keep filling it.
+		for open && len(batch) < cap(batch) {
+			select {
+			case full <- batch:
+				batch = nil
+			case d, ok := <-deliveries:
+				if !ok {
+					open = false
+					continue
+				}
+				batch = append(batch, d)
+				continue
+			case <-ctx.Done():
+				return nil // unacked: the broker redelivers
+			}
+			break
+		}
+		if batch != nil {
+			select {
+			case full <- batch:
+			case <-ctx.Done():
+				return nil // unacked: the broker redelivers
+			}
 		}
 	}
 }
