@@ -369,7 +369,6 @@ func (in *Ingress) consume(ctx context.Context, ch *amqp.Channel, r Route, deliv
 func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, free, full chan []amqp.Delivery) error {
 	linger := time.NewTimer(0)
 	defer linger.Stop()
-	closed := errors.New("the broker ended the consumer (channel closed)")
 	for {
 		var batch []amqp.Delivery
 		select {
@@ -382,7 +381,7 @@ func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, 
 			return nil
 		case d, ok := <-deliveries:
 			if !ok {
-				return closed
+				return errors.New("the broker ended the consumer (channel closed)")
 			}
 			batch = append(batch, d)
 		}
