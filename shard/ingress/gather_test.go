@@ -2,10 +2,13 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // TestGatherFillsWhileTheWriterIsBusy: a batch the writer cannot take yet
@@ -72,11 +75,6 @@ func tags(b []amqp.Delivery) []uint64 {
 // waitLen waits until gather has taken all but n queued deliveries.
 func waitLen(t *testing.T, c chan amqp.Delivery, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(c) > n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries queued, want %d", len(c), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	shardtest.WaitFor(t, 5*time.Second, func() bool { return len(c) <= n },
+		func() string { return fmt.Sprintf("%d deliveries queued, want %d", len(c), n) })
 }

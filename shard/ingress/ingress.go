@@ -38,10 +38,11 @@ type Options struct {
 	// the memory they take (Prefetch bodies: lower it for large bodies).
 	// Default 2048. A batch is at most half of it, so that the next batch
 	// arrives while the last one is being written. The ingress's rate
-	// follows its batches' size, which the prefetch bounds: with 1024 its
-	// batches averaged 230 messages, with 2048 about 410, and the rate
-	// rose 6-32 % (cmd/delayq-bench's README), where a bare consumer's did
-	// not.
+	// follows its batches' size, which the prefetch bounds: with 1024
+	// instead of 2048 its batches averaged 230 messages instead of 410, and
+	// the rate was 6-32 % lower (before batches filled while the writer was
+	// busy, which took them to 660-850; cmd/delayq-bench's README), where a
+	// bare consumer's did not change.
 	Prefetch int
 	// Linger is how long a batch waits for more deliveries after its first
 	// one before it is handed to the writer (less when it fills up).
@@ -365,7 +366,10 @@ func (in *Ingress) consume(ctx context.Context, ch *amqp.Channel, r Route, deliv
 }
 
 // gather fills batches from free and hands them on full until ctx ends
-// (nil) or deliveries closes (an error).
+// (nil) or deliveries closes (an error). A batch is offered to the writer
+// once its linger is over, it is full or deliveries closed, and takes
+// deliveries until then and while the writer is busy (up to its
+// capacity).
 func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, free, full chan []amqp.Delivery) error {
 	linger := time.NewTimer(0)
 	defer linger.Stop()
@@ -386,40 +390,27 @@ func (in *Ingress) gather(ctx context.Context, deliveries <-chan amqp.Delivery, 
 			batch = append(batch, d)
 		}
 		linger.Reset(in.opts.Linger)
-		open := true // deliveries not closed
-	fill:
-		for len(batch) < cap(batch) {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
-					open = false
-					break fill
-				}
-				batch = append(batch, d)
-			case <-linger.C:
-				break fill
+		lingered, open := false, true
+		for batch != nil {
+			var take <-chan amqp.Delivery // nil: no more for this batch
+			if open && len(batch) < cap(batch) {
+				take = deliveries
 			}
-		}
-		// Hand it over; until the writer takes it, keep filling it.
-		for open && len(batch) < cap(batch) {
+			var offer chan<- []amqp.Delivery // nil: not yet
+			if lingered || take == nil {
+				offer = full
+			}
 			select {
-			case full <- batch:
-				batch = nil
-			case d, ok := <-deliveries:
+			case d, ok := <-take:
 				if !ok {
 					open = false
 					continue
 				}
 				batch = append(batch, d)
-				continue
-			case <-ctx.Done():
-				return nil // unacked: the broker redelivers
-			}
-			break
-		}
-		if batch != nil {
-			select {
-			case full <- batch:
+			case <-linger.C:
+				lingered = true
+			case offer <- batch:
+				batch = nil
 			case <-ctx.Done():
 				return nil // unacked: the broker redelivers
 			}
