@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -88,6 +89,86 @@ func BenchmarkClaimAndAck(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*k)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkClaimSteady: claims of up to k that find two messages due in
+// a shard holding many more due later, the shape of a steady load's claims
+// (two or three messages each at a few thousand a second), sent as a
+// scanner sends them: one pipelined round trip of claims on 64 shards. Each
+// op first enqueues two due messages into every shard, then claims; only
+// the claims' share of Redis's own CPU is counted (INFO cpu around them),
+// reported per claim.
+func BenchmarkClaimSteady(b *testing.B) {
+	const m, due, later = 64, 2, 200
+	for _, k := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("batch=%d", k), func(b *testing.B) {
+			shardtest.Require(b, srvErr)
+			rdb := srv.Client(b)
+			st, err := shard.NewStore(rdb, shardtest.Namespace(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
+			ctx := context.Background()
+			body := make([]byte, 100)
+			// Ids are placed on shards by their hash: keep enqueueing until
+			// every shard holds at least later messages due in an hour.
+			for i, n := 0, make([]int, m); slices.Min(n) < later; i += 1000 {
+				msgs := make([]shard.Message, 1000)
+				for j := range msgs {
+					msgs[j] = shard.Message{ID: "later" + strconv.Itoa(i+j), Topic: "t", Body: body, Delay: time.Hour}
+				}
+				res, err := prod.EnqueueBatch(ctx, msgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res {
+					n[r.Shard]++
+				}
+			}
+			// Two due ids per shard for each op, found by hashing in turn.
+			perShard := make([][]string, m)
+			ids := make([][]string, b.N)
+			for op, seq := 0, 0; op < b.N; op++ {
+				for i := range perShard {
+					perShard[i] = perShard[i][:0]
+				}
+				for left := m * due; left > 0; seq++ {
+					id := fmt.Sprintf("now%d", seq)
+					if i := shard.Of(id, m); len(perShard[i]) < due {
+						perShard[i] = append(perShard[i], id)
+						ids[op] = append(ids[op], id)
+						left--
+					}
+				}
+			}
+			shards := make([]int, m)
+			for i := range shards {
+				shards[i] = i
+			}
+			msgs := make([]shard.Message, m*due)
+			var claimsCPU time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for op := range b.N {
+				for j, id := range ids[op] {
+					msgs[j] = shard.Message{ID: id, Topic: "t", Body: body, At: time.Now().Add(-time.Minute)}
+				}
+				if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+					b.Fatal(err)
+				}
+				cpu0 := redisCPU(b, rdb)
+				res, errs := st.ClaimShards(ctx, shards, k, time.Hour)
+				claimsCPU += redisCPU(b, rdb) - cpu0
+				for j, r := range res {
+					if errs[j] != nil || len(r.Msgs) != min(k, due) && k >= due {
+						b.Fatalf("shard %d: claimed %d, want %d (%v)", j, len(r.Msgs), due, errs[j])
+					}
+				}
+			}
+			b.ReportMetric(float64(claimsCPU)/float64(b.N*m)/1e3, "redis-µs/claim")
 		})
 	}
 }

@@ -224,15 +224,23 @@ end
 // redelivery count raised. The reaper lives here, so any shard that is
 // visited can never strand a lease, and a claim reply says when the
 // shard's next lease expires, so the fleet visits the shard then, as it
-// does when a message falls due. Then ZRANGEBYSCORE due -inf +inf
-// WITHSCORES LIMIT 0 k+1 reads the k+1 earliest entries; the n <= k of
-// them that are due are taken with ZREMRANGEBYRANK due 0 n-1 and move into
-// inflight with lease deadline now + lease. The deadline doubles as the
-// lease token that ack, release and deadletter must present. The one extra
-// entry read is the new head, so the claim needs no second range query;
-// the envelopes and attempts of all n come from one HMGET each, their
+// does when a message falls due. Then ZRANGEBYSCORE due -inf now
+// WITHSCORES LIMIT 0 k+1 reads up to k+1 due entries; the n <= k first are
+// taken with ZREMRANGEBYRANK due 0 n-1 and move into inflight with lease
+// deadline now + lease. The deadline doubles as the lease token that ack,
+// release and deadletter must present. An entry read past the n is the
+// new head (due: more work here); when there is none, ZRANGE due 0 0 reads
+// the head. At k = 1 the range ends at +inf instead: the two entries read
+// are the one to claim and the head, one call. Reading only due entries
+// matters at larger k: a steady load's claims find two or three messages
+// due, and reading k+1 entries regardless (the earlier form) cost Redis
+// more than the second call (BenchmarkClaimSteady, 64 pipelined claims of
+// two due messages in a shard of 200 more, five interleaved pairs:
+// 109-117 -> 75-82 µs of Redis a claim at k = 32, 80-87 -> 76-81 at k = 8,
+// 61-68 either way at k = 1).
+// The envelopes and attempts of all n come from one HMGET each, their
 // leases go in with one ZADD and their scheduled times with one HSET, so a
-// claim makes the same 8 calls whatever k is (plus 6 when it reaps).
+// claim makes the same 8 or 9 calls whatever k is (plus 6 when it reaps).
 // Redis 7.0 turns each Lua number passed to redis.call into a string with
 // printf's %.17g (0.25-0.45 µs each, measured): constant arguments are
 // strings, k + 1 comes as ARGV[4], and the deadline is formatted once per
@@ -251,7 +259,7 @@ local k = tonumber(ARGV[1])
 local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1}
 if #lh > 0 then out[4] = tonumber(lh[2]) end
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', ARGV[4])
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', k == 1 and '+inf' or string.format('%d', now), 'WITHSCORES', 'LIMIT', '0', ARGV[4])
 local n, dues = 0, {}
 while n < k and 2 * n + 2 <= #first do
   local d = tonumber(first[2 * n + 2])
@@ -295,6 +303,10 @@ if n > 0 then
     out[#out + 1] = a
   end
   redis.call('HSET', KEYS[4], unpack(upd))
+end
+if out[2] < 0 and k > 1 then
+  local h = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+  if #h > 0 then out[2] = tonumber(h[2]) end
 end
 return out
 `)

@@ -151,16 +151,39 @@ func TestClaimBatchAtMostK(t *testing.T) {
 	}
 }
 
-func TestHeadAndEmptyShard(t *testing.T) {
-	b := setup(t, 1)
-	r, err := b.store.Claim(b.ctx, 0, 1, time.Minute)
-	if err != nil || r.HeadMs != -1 || len(r.Msgs) != 0 {
-		t.Fatalf("empty shard: %+v, %v", r, err)
-	}
-	s := b.enqueue(t, "later", time.Hour)
-	r, err = b.store.Claim(b.ctx, 0, 1, time.Minute)
-	if err != nil || r.HeadMs != s.Due.UnixMilli() || len(r.Msgs) != 0 {
-		t.Fatalf("future head: %+v, %v (due %d)", r, err, s.Due.UnixMilli())
+// TestClaimReportsTheHead: every claim reply says when the shard's next
+// message is due (-1 when none is), whether it took all that was due or
+// left some, at k = 1 (which reads the next entry with the due ones) and
+// at larger k (which reads it apart).
+func TestClaimReportsTheHead(t *testing.T) {
+	for _, k := range []int{1, 4} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+			b := setup(t, 1)
+			claim := func(want int) shard.ClaimResult {
+				t.Helper()
+				r, err := b.store.Claim(b.ctx, 0, k, time.Minute)
+				if err != nil || len(r.Msgs) != want {
+					t.Fatalf("claimed %d (%v), want %d", len(r.Msgs), err, want)
+				}
+				return r
+			}
+			if r := claim(0); r.HeadMs != -1 {
+				t.Fatalf("empty shard: head %d", r.HeadMs)
+			}
+			later := b.enqueue(t, "later", time.Hour).Due.UnixMilli()
+			if r := claim(0); r.HeadMs != later {
+				t.Fatalf("future head: %d, want %d", r.HeadMs, later)
+			}
+			for i := range k + 1 {
+				b.enqueue(t, fmt.Sprintf("now%d", i), 0)
+			}
+			if r := claim(k); r.HeadMs < 0 || r.HeadMs > r.NowMs {
+				t.Fatalf("one more due than k: head %d, now %d", r.HeadMs, r.NowMs)
+			}
+			if r := claim(1); r.HeadMs != later {
+				t.Fatalf("all due taken: head %d, want %d", r.HeadMs, later)
+			}
+		})
 	}
 }
 
