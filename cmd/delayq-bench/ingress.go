@@ -288,10 +288,11 @@ func (b *bench) bareEnqueueBatch(ctx context.Context, n int) (float64, error) {
 
 // stored reads how many messages the enqueue scripts have created in
 // namespace ns, from the shards' counters in Redis: 16 HGETs in one round
-// trip, tens of microseconds of Redis a read. (A scrape of the scanner's
-// /metrics, which this replaced, cost the scanner about 3.4 ms and Redis
-// 1.5 ms of CPU each: read every 20 ms, a sixth of the box's two cores
-// that the bare ceilings did not pay.)
+// trip, tens of microseconds of Redis a read. Not the scanner's /metrics
+// nor Store.Stats: a scrape costs the scanner about 3.4 ms and Redis 1.5
+// ms of CPU (the shard collector runs the stats script on every shard),
+// which read every 20 ms is a sixth of the box's two cores that the bare
+// ceilings do not pay.
 func (b *bench) stored(ctx context.Context, ns string) (float64, error) {
 	cmds := make([]*redis.StringCmd, shards)
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
