@@ -65,7 +65,7 @@ type Config struct {
 	// than can be published at once: when confirms slow down (a slow or
 	// blocked broker), the window fills and claims stop, instead of
 	// claimed messages waiting for a place while their leases run. Default
-	// 256, and at least ClaimBatch. The releaser of held messages (flow
+	// 192, and at least ClaimBatch. The releaser of held messages (flow
 	// control) has a window of its own of the same size.
 	//
 	// The window covers a message from before its claim to its confirm, so
@@ -73,13 +73,22 @@ type Config struct {
 	// has unconfirmed; with too few places the pipeline waits with CPU to
 	// spare, with too many the broker spends more CPU per message. Saturated
 	// on two shared cores (each drain between two measurements of the
-	// shared-core limit, two runs of three rounds each, interleaved):
+	// shared-core limit, three rounds a run; cmd/delayq-bench -only
+	// saturated -scanner-env DELAYQ_WINDOW=…, interleaved): 192 against 256
+	// in three pairs, medians 86-96 against 71-80 % of that limit at k = 8
+	// and 88-90 against 76-78 % at k = 32, RabbitMQ 40-53 against 45-62 µs
+	// a message, with the box 1.81-1.86 cores busy against 1.85-1.88; k = 1
+	// 108 against 107 % (one pair). An earlier series, 256 against others:
 	// 128 reached 86-94 / 70-79 / 68-77 % of that limit at k = 1 / 8 / 32
 	// with the box 1.66-1.82 cores busy, 256 86-106 / 75-90 / 65-87 % with
 	// 1.74-1.88, 384 88-111 / 69-97 / 72-91 % but with RabbitMQ at 33-65 µs
-	// a message against 29-49; an earlier series found 512 costly for the
-	// broker (56-89 µs a message at k = 8 and 32) and 64 too few at k = 1.
-	// One process publishes at most Window per confirm round trip: 256,000
+	// a message against 29-49; 512 was costly for the broker (56-89 µs a
+	// message at k = 8 and 32) and 64 too few at k = 1. At a steady load
+	// the window is far from full; at k = 32, where each claim takes 32
+	// places before it is sent, 192 and 256 gave the same lateness within
+	// the noise at a steady 8,550 msg/s (two pairs, one and two scanners:
+	// p99 9.1-12.3 against 8.4-11.2 ms).
+	// One process publishes at most Window per confirm round trip: 192,000
 	// msg/s at 1 ms; raise it for a broker far away.
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
@@ -119,7 +128,7 @@ func (c *Config) defaults() {
 		c.PatrolInterval = time.Second
 	}
 	if c.Window <= 0 {
-		c.Window = 256
+		c.Window = 192
 	}
 	c.Window = max(c.Window, c.ClaimBatch)
 }
