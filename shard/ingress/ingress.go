@@ -38,9 +38,10 @@ type Options struct {
 	// the memory they take (Prefetch bodies: lower it for large bodies).
 	// Default 2048. A batch is at most half of it, so that the next batch
 	// arrives while the last one is being written. The ingress's rate
-	// follows its batches' size, which the prefetch bounds: batches of
-	// 660-850 messages at the broker's fast level with 2048
-	// (cmd/delayq-bench's README, which also measured 1024 and 4096).
+	// follows its batches' size, which the prefetch bounds: with 2048,
+	// batches of 350-850 messages at the broker's fast level and 130-280 at
+	// its slow one, as fast as the host is (cmd/delayq-bench's README,
+	// which also measured 1024 and 4096).
 	Prefetch int
 	// Linger is how long a batch waits for more deliveries after its first
 	// one before it is handed to the writer (less when it fills up).
