@@ -782,7 +782,7 @@ var errChannelDead = errors.New("channel closed")
 
 // fillDepth is how many unconfirmed publishes a channel takes before pick
 // spills onto the next one: at a steady load, the publishes of a moment
-// fit in one channel; a saturated scanner (a window of 192) fills them
+// fit in one channel; a saturated scanner (a window of 160) fills them
 // all. The package doc has the A/B against round robin.
 const fillDepth = 32
 

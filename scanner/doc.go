@@ -19,8 +19,8 @@
 //     the goroutine takes k places in the process's window (Config.Window)
 //     of claimed, unsettled messages and gives back what the claim did not
 //     fill; a message frees its place once settled. So no claimed message
-//     waits for a place while its lease runs, and at k = 32 a window of
-//     128 keeps 4 claims in flight, not one per goroutine. Each confirm is
+//     waits for a place while its lease runs, and at k = 32 the window of
+//     160 keeps at most 5 claims in flight, not one per goroutine. Each confirm is
 //     settled on the goroutine that reads its channel's confirms
 //     (settle.go: no goroutine waits per message): a confirmed message's
 //     lease goes to the ack batcher, which acks every 10 ms or 1,024

@@ -65,7 +65,7 @@ type Config struct {
 	// than can be published at once: when confirms slow down (a slow or
 	// blocked broker), the window fills and claims stop, instead of
 	// claimed messages waiting for a place while their leases run. Default
-	// 192, and at least ClaimBatch. The releaser of held messages (flow
+	// 160, and at least ClaimBatch. The releaser of held messages (flow
 	// control) has a window of its own of the same size.
 	//
 	// The window covers a message from before its claim to its confirm, so
@@ -74,21 +74,24 @@ type Config struct {
 	// spare, with too many the broker spends more CPU per message. Saturated
 	// on two shared cores (each drain between two measurements of the
 	// shared-core limit, three rounds a run; cmd/delayq-bench -only
-	// saturated -scanner-env DELAYQ_WINDOW=…, interleaved): 192 against 256
-	// in three pairs, medians 86-96 against 71-80 % of that limit at k = 8
-	// and 88-90 against 76-78 % at k = 32, RabbitMQ 40-53 against 45-62 µs
-	// a message, with the box 1.81-1.86 cores busy against 1.85-1.88; k = 1
-	// 108 against 107 % (one pair). An earlier series, 256 against others:
+	// saturated -scanner-env DELAYQ_WINDOW=…, interleaved): 160 against 192
+	// in four pairs, 87-96 against 81-94 % of that limit at k = 8 (ahead in
+	// all four) and 90-96 against 81-96 % at k = 32 (ahead in three), k = 1
+	// 117 and 131 against 114 and 112 % (two pairs). 192 against 256 in
+	// three pairs: 86-96 against 71-80 % at k = 8, 88-90 against 76-78 % at
+	// k = 32, RabbitMQ 40-53 against 45-62 µs a message. An earlier series:
 	// 128 reached 86-94 / 70-79 / 68-77 % of that limit at k = 1 / 8 / 32
 	// with the box 1.66-1.82 cores busy, 256 86-106 / 75-90 / 65-87 % with
 	// 1.74-1.88, 384 88-111 / 69-97 / 72-91 % but with RabbitMQ at 33-65 µs
 	// a message against 29-49; 512 was costly for the broker (56-89 µs a
 	// message at k = 8 and 32) and 64 too few at k = 1. At a steady load
 	// the window is far from full; at k = 32, where each claim takes 32
-	// places before it is sent, 192 and 256 gave the same lateness within
-	// the noise at a steady 8,550 msg/s (two pairs, one and two scanners:
-	// p99 9.1-12.3 against 8.4-11.2 ms).
-	// One process publishes at most Window per confirm round trip: 192,000
+	// places before it is sent, 160 gave the same lateness as 192 or lower
+	// at a steady 8,550 msg/s (two pairs: p99 8.1-13.3 against 12.1-20.8
+	// ms with one and two scanners; with three, a load of 29-43 % of that
+	// limit on the host of the moment, 41.5 and 133.9 against 34.6 and
+	// 421.6 ms).
+	// One process publishes at most Window per confirm round trip: 160,000
 	// msg/s at 1 ms; raise it for a broker far away.
 	Window int
 	// PatrolInterval: while idle, the process visits one shard from the
@@ -128,7 +131,7 @@ func (c *Config) defaults() {
 		c.PatrolInterval = time.Second
 	}
 	if c.Window <= 0 {
-		c.Window = 192
+		c.Window = 160
 	}
 	c.Window = max(c.Window, c.ClaimBatch)
 }

@@ -619,7 +619,7 @@ func TestBrokerBlockingIsRespected(t *testing.T) {
 	// Messages already on the wire when the broker blocked time out and are
 	// released: at most those in flight then, plus one claim per goroutine
 	// racing the block notice. A scanner that kept claiming while blocked
-	// would fill its window (192) and release all of it.
+	// would fill its window (160) and release all of it.
 	inFlight := atBlock.Claimed - atBlock.Published
 	if limit := inFlight + 8; c.Released+c.Reaped > limit {
 		t.Errorf("%d released and %d reaped, more than the %d in flight when the block was seen (+8): kept claiming while blocked",

@@ -64,7 +64,7 @@ type Config struct {
 	ConsulKey           string        `envconfig:"CONSUL_KEY" desc:"Consul KV key holding M (default delayq/<namespace>/shards)"`
 	Goroutines          int           `envconfig:"GOROUTINES" default:"128" desc:"scan: claim loops per scanner process"`
 	ClaimBatch          int           `envconfig:"CLAIM_BATCH" default:"1" desc:"scan: most messages one claim takes"`
-	Window              int           `envconfig:"WINDOW" default:"192" desc:"scan: most messages a process holds claimed and not yet confirmed by the broker (at least CLAIM_BATCH); a full window stops claims. Bounds a process to WINDOW / confirm round trip msg/s; more unconfirmed publishes cost the broker more CPU per message"`
+	Window              int           `envconfig:"WINDOW" default:"160" desc:"scan: most messages a process holds claimed and not yet confirmed by the broker (at least CLAIM_BATCH); a full window stops claims. Bounds a process to WINDOW / confirm round trip msg/s; more unconfirmed publishes cost the broker more CPU per message"`
 	Lease               time.Duration `envconfig:"LEASE" default:"30s" desc:"scan: time a claimed message may stay unconfirmed before it is re-queued"`
 	MaxRefusals         int           `envconfig:"MAX_REFUSALS" default:"5" desc:"scan: publishes the broker may refuse (nack, unroutable, no exchange) before a message goes to the dead set"`
 	PublishGather       time.Duration `envconfig:"PUBLISH_GATHER" default:"0" desc:"scan: a publish after a pause waits this long for the next ones to share its socket write (the broker reads and confirms them together: a little less broker CPU at steady loads, about this much more latency); 0 = no wait: only the publishes ready at that moment share it"`
