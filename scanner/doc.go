@@ -16,27 +16,28 @@
 //     read and a write syscall per round trip instead of per claim.
 //  4. For each message: decode, route (router) and publish; then claim
 //     again at once, without waiting for the confirm. Before each claim
-//     the goroutine takes k places in the process's window (Config.Window)
-//     of claimed, unsettled messages and gives back what the claim did not
-//     fill; a message frees its place once settled. So no claimed message
-//     waits for a place while its lease runs, and at k = 32 the window of
-//     160 keeps at most 5 claims in flight, not one per goroutine. Each confirm is
-//     settled on the goroutine that reads its channel's confirms
-//     (settle.go: no goroutine waits per message): a confirmed message's
-//     lease goes to the ack batcher, which acks every 10 ms or 1,024
-//     leases, all shards in one round trip (one script call for them all
-//     on a single Redis server, one a shard on Redis Cluster); a publish
-//     unconfirmed past PublishTimeout is taken by the confirm watch, and
-//     what failed goes to the failure settlers, which call Redis. One that
-//     failed for now (connection lost, timeout) is released: due again
-//     after RetryDelay, doubled for each earlier attempt up to
-//     MaxRetryDelay, with jitter, as a redelivery. One the broker refused
-//     (nack, returned as unroutable, exchange missing) is retried the same
-//     way until MaxRefusals, then dead-lettered with the broker's reason.
-//     What can never be delivered (corrupt envelope, no route) is
-//     dead-lettered before publishing, and so is a message claimed past its
-//     deadline (shard.Message.ExpiresAt, MaxLateness; reason expired), by
-//     the Redis clock of its claim: late for any cause (an outage of the
+//     the goroutine takes k places in the process's window
+//     (Config.Window) of claimed, unsettled messages and gives back what
+//     the claim did not fill; a message frees its place once settled. So
+//     no claimed message waits for a place while its lease runs, and at k
+//     = 32 the default window of 160 keeps at most 5 claims in flight,
+//     not one per goroutine. Each confirm is settled on the goroutine
+//     that reads its channel's confirms (settle.go: no goroutine waits
+//     per message): a confirmed message's lease goes to the ack batcher,
+//     which acks every 10 ms or 1,024 leases, all shards in one round
+//     trip (one script call for them all on a single Redis server, one a
+//     shard on Redis Cluster); a publish unconfirmed past PublishTimeout
+//     is taken by the confirm watch, and what failed goes to the failure
+//     settlers, which call Redis. One that failed for now (connection
+//     lost, timeout) is released: due again after RetryDelay, doubled for
+//     each earlier attempt up to MaxRetryDelay, with jitter, as a
+//     redelivery. One the broker refused (nack, returned as unroutable,
+//     exchange missing) is retried the same way until MaxRefusals, then
+//     dead-lettered with the broker's reason. What can never be delivered
+//     (corrupt envelope, no route) is dead-lettered before publishing,
+//     and so is a message claimed past its deadline
+//     (shard.Message.ExpiresAt, MaxLateness; reason expired), by the
+//     Redis clock of its claim: late for any cause (an outage of the
 //     fleet, a failed publish's retry), it is never published. When
 //     confirms slow down, the window fills and workers stop claiming:
 //     backpressure, not expired leases.
@@ -78,26 +79,26 @@
 //
 // # Flow control at release
 //
-// In a namespace with limited or paused topics (shard.Flow), the claims
-// set those topics' due messages apart in their held sets, so the rest
-// flows on time (no head-of-line blocking). Three more goroutines of the
-// claims stage serve them (flow.go): one reads the flows every 250 ms;
-// one sets those topics' messages apart up to 2 s before they fall due
-// (preHold, every 250 ms over every shard, from a cursor the fleet shares
-// in Redis, only while a topic is limited or paused; script calls of at
-// most 64 entries, two shards a round trip, so Redis is never held for
-// more than about a millisecond and the claims interleave), so the
-// claims rarely meet a limited backlog at its due time;
-// and the releaser takes grants from each topic's bucket for the whole
-// fleet and claims that many held messages, earliest first, publishing
-// them as a worker does. The releaser has a publish window of its own,
-// as large as the claims' (Config.Window), so a releaser waiting for room
-// never queues ahead of a claim; it takes its places before the grant, so
-// a grant is used at once and the releases keep the bucket's spacing; each message says when it was granted
+// In a namespace with limited or paused topics (shard.Flow), the claims set
+// those topics' due messages apart in their held sets, so the rest flows on
+// time (no head-of-line blocking). Three more goroutines of the claims
+// stage serve them (flow.go): one reads the flows every 250 ms; one sets
+// those topics' messages apart up to 2 s before they fall due (preHold,
+// every 250 ms over every shard, from a cursor the fleet shares in Redis,
+// only while a topic is limited or paused; script calls of at most 64
+// entries, two shards a round trip, so Redis is never held for more than
+// about a millisecond and the claims interleave), so the claims rarely meet
+// a limited backlog at its due time; and the releaser takes grants from
+// each topic's bucket for the whole fleet and claims that many held
+// messages, earliest first, publishing them as a worker does. The releaser
+// has a publish window of its own, as large as the claims' (Config.Window),
+// so a releaser waiting for room never queues ahead of a claim; it takes
+// its places before the grant, so a grant is used at once and the releases
+// keep the bucket's spacing; each message says when it was granted
 // (x-delayq-released-ms). Their lateness is delayq_flow_lateness_seconds,
 // by topic, kept out of the fleet's lateness histograms, so the fleet's
-// lateness alert does not fire for a limit the operator chose. The
-// routes file's rate and burst are stored at start (cmd/delayq).
+// lateness alert does not fire for a limit the operator chose. The routes
+// file's rate and burst are stored at start (cmd/delayq).
 //
 // # Tracing
 //

@@ -84,10 +84,10 @@ type Config struct {
 	// with the box 1.66-1.82 cores busy, 256 86-106 / 75-90 / 65-87 % with
 	// 1.74-1.88, 384 88-111 / 69-97 / 72-91 % but with RabbitMQ at 33-65 µs
 	// a message against 29-49; 512 was costly for the broker (56-89 µs a
-	// message at k = 8 and 32) and 64 too few at k = 1. At a steady load
-	// the window is far from full; at k = 32, where each claim takes 32
-	// places before it is sent, 160 gave the same lateness as 192 or lower
-	// at a steady 8,550 msg/s (two pairs: p99 8.1-13.3 against 12.1-20.8
+	// message at k = 8 and 32) and 64 too few at k = 1. At k = 32, where
+	// each claim takes 32 places before it is sent (160 hold five claims
+	// under way), 160 gave the same lateness as 192 or lower at a steady
+	// 8,550 msg/s (two pairs: p99 8.1-13.3 against 12.1-20.8
 	// ms with one and two scanners; with three, a load of 29-43 % of that
 	// limit on the host of the moment, 41.5 and 133.9 against 34.6 and
 	// 421.6 ms).
