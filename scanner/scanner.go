@@ -87,10 +87,9 @@ type Config struct {
 	// message at k = 8 and 32) and 64 too few at k = 1. At k = 32, where
 	// each claim takes 32 places before it is sent (160 hold five claims
 	// under way), 160 gave the same lateness as 192 or lower at a steady
-	// 8,550 msg/s (two pairs: p99 8.1-13.3 against 12.1-20.8
-	// ms with one and two scanners; with three, a load of 29-43 % of that
-	// limit on the host of the moment, 41.5 and 133.9 against 34.6 and
-	// 421.6 ms).
+	// 8,550 msg/s (two pairs: p99 8.1-13.3 against 12.1-20.8 ms with one
+	// and two scanners; with three, a load of 29-43 % of that limit on the
+	// host of the moment, 41.5 and 133.9 against 34.6 and 421.6 ms).
 	// One process publishes at most Window per confirm round trip: 160,000
 	// msg/s at 1 ms; raise it for a broker far away.
 	Window int

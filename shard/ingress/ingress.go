@@ -39,7 +39,7 @@ type Options struct {
 	// Default 2048. A batch is at most half of it, so that the next batch
 	// arrives while the last one is being written. The ingress's rate
 	// follows its batches' size, which the prefetch bounds: with 2048,
-	// batches of 350-850 messages at the broker's fast level and 130-280 at
+	// batches of 260-850 messages at the broker's fast level and 130-280 at
 	// its slow one, as fast as the host is (cmd/delayq-bench's README,
 	// which also measured 1024 and 4096).
 	Prefetch int
