@@ -26,7 +26,8 @@
 //     per message): a confirmed message's lease goes to the ack batcher,
 //     which acks every 10 ms or 1,024 leases, all shards in one round
 //     trip (one script call for them all on a single Redis server, one a
-//     shard on Redis Cluster); a publish unconfirmed past PublishTimeout
+//     shard on Redis Cluster), and sends an ack that failed again until
+//     Redis answers; a publish unconfirmed past PublishTimeout
 //     is taken by the confirm watch, and what failed goes to the failure
 //     settlers, which call Redis. One that failed for now (connection
 //     lost, timeout) is released: due again after RetryDelay, doubled for
@@ -65,7 +66,10 @@
 //     goroutine per process to visit a shard from the cursor every
 //     PatrolInterval (about 5 Redis commands per interval per process,
 //     counting the claim script's own, whatever M and the number of
-//     goroutines).
+//     goroutines). After a reconnect to Redis (the subscription made
+//     again, or a claim that succeeds after one failed), a process sweeps
+//     the shards it covers: each goes on its board as due now, one claim
+//     a shard (sweep.go), since the notices sent meanwhile are lost.
 //  6. While a visit ends at its budget with messages still due (a
 //     backlog), the goroutine stays busy: every other visit goes to a shard
 //     the board knows is due (free goroutines converge on a hot shard); the

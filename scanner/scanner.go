@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -226,6 +227,7 @@ type Scanner struct {
 	acks          *ackBatcher
 	claims        *claimer
 	flow          *flowControl // flow control at release (flow.go)
+	claimsFailing atomic.Bool  // the last claim failed: sweep at the next that does not (sweep.go)
 
 	mu       sync.Mutex
 	state    int      // notStarted, running, stopped
@@ -401,14 +403,15 @@ func (s *Scanner) Stop(ctx context.Context) error {
 		<-done
 	}
 	s.stopWork()
+	s.errLog.stop()
 	c := s.Counts()
 	s.log.Info("scanner stopped", zap.Int64("published", c.Published), zap.Int64("dead", c.Dead), zap.Int64("released", c.Released))
 	return err
 }
 
-// listen feeds wake-up notices to the board until ctx ends. A notice lost
-// while Redis reconnects makes a message late by at most the time the idle
-// patrol needs to reach its shard.
+// listen feeds wake-up notices to the board until ctx ends. When the
+// subscription was lost and made again, the notices published between
+// the two are lost: the process sweeps its shards (sweep.go).
 func (s *Scanner) listen(ctx context.Context, sub *shard.Notices) {
 	defer sub.Close()
 	for {
@@ -418,6 +421,8 @@ func (s *Scanner) listen(ctx context.Context, sub *shard.Notices) {
 			s.errLog.warn("bad wake-up notice", err)
 		case err != nil:
 			return // stopping
+		case n.Resubscribed:
+			s.sweep("wake-up notices subscribed again")
 		case s.aff.owns(n.Shard):
 			s.board.notice(n.Shard, n.DueMs)
 		}
@@ -461,6 +466,7 @@ func (s *Scanner) work(claimCtx, workCtx context.Context) {
 			hw = covered
 		}
 		n, drained, err := s.visit(claimCtx, workCtx, i, reply)
+		s.claimOutcome(err)
 		if err != nil {
 			s.errLog.warn("claim", err)
 			_ = retry.Wait(claimCtx) // an error: stopping, which the loop checks
@@ -784,20 +790,27 @@ func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause er
 }
 
 // rateLimited logs each kind of repeating warning (by message) at most
-// once per period, with the number of occurrences it swallowed, so a loop
-// that hits a down server does not flood the log, and one kind does not
-// hide another.
+// once per period, so a loop that hits a down server does not flood the
+// log, and one kind does not hide another. What it swallowed is not lost:
+// when a period with swallowed warnings ends, one line says how many there
+// were, with the latest error, even if no warning of that kind comes
+// after it (a burst right after an outage's first warning was otherwise
+// never seen). Its timers end at stop, which reports what is still
+// swallowed.
 type rateLimited struct {
 	log   *zap.Logger
 	every time.Duration
 
-	mu    sync.Mutex
-	kinds map[string]*limitState
+	mu      sync.Mutex
+	kinds   map[string]*limitState
+	stopped bool
 }
 
 type limitState struct {
 	last       time.Time
 	suppressed int
+	latest     error       // the latest swallowed error
+	report     *time.Timer // set while swallowed ones wait for their report
 }
 
 func (r *rateLimited) warn(msg string, err error) {
@@ -816,11 +829,51 @@ func (r *rateLimited) warn(msg string, err error) {
 	now := time.Now()
 	if now.Sub(st.last) < r.every {
 		st.suppressed++
+		st.latest = err
+		if st.report == nil && !r.stopped {
+			st.report = time.AfterFunc(st.last.Add(r.every).Sub(now), func() { r.reportSwallowed(msg) })
+		}
 		r.mu.Unlock()
 		return
 	}
 	n := st.suppressed
-	st.last, st.suppressed = now, 0
+	st.last, st.suppressed, st.latest = now, 0, nil
+	if st.report != nil {
+		st.report.Stop()
+		st.report = nil
+	}
 	r.mu.Unlock()
 	r.log.Warn(msg, zap.Error(err), zap.Int("suppressed_since_last", n))
+}
+
+// reportSwallowed logs how many warnings msg swallowed since its last
+// line, if any, and starts a new period.
+func (r *rateLimited) reportSwallowed(msg string) {
+	r.mu.Lock()
+	st := r.kinds[msg]
+	st.report = nil
+	n, err := st.suppressed, st.latest
+	if n == 0 {
+		r.mu.Unlock()
+		return
+	}
+	st.last, st.suppressed, st.latest = time.Now(), 0, nil
+	r.mu.Unlock()
+	r.log.Warn(msg+" (repeated)", zap.Int("times", n), zap.NamedError("latest", err))
+}
+
+// stop reports every kind's swallowed warnings now and ends the timers.
+func (r *rateLimited) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	var waiting []string
+	for msg, st := range r.kinds {
+		if st.report != nil && st.report.Stop() {
+			waiting = append(waiting, msg)
+		}
+	}
+	r.mu.Unlock()
+	for _, msg := range waiting {
+		r.reportSwallowed(msg)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/publisher"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/backoff"
 )
 
 // sent is a published message waiting for the broker's confirm.
@@ -213,8 +214,20 @@ func (s *Scanner) settleFailed(ctx context.Context) {
 // shard and script call (with a 1 ms interval, 16 shards got about one
 // lease per call and the acks cost Redis more CPU than the claims), short
 // next to any lease.
-// Losing a batch (the process dies, Redis fails) only means those messages
-// are published again after their lease: at least once, never lost.
+//
+// An ack that fails (Redis down, restarting, failing over) is sent again,
+// after a doubling wait (ackRetryMin to ackRetryMax), until Redis answers:
+// a confirmed message whose ack was dropped would be published again when
+// its lease expires. Dropping them was how a Redis restart made a wave of
+// duplicates: for about a second after Redis returns, go-redis fails new
+// connections with the last dial error while older ones already claim, so
+// the messages claimed then were confirmed and their acks refused. Sending
+// an ack again is safe: a lease acked already, or expired and re-queued, is
+// not found and counts as lost (LostLeases: a duplicate follows). Leases
+// waiting for a retry count against the batcher's bound, so a long outage
+// holds the confirms back instead of growing memory. Losing the batches
+// (the process dies) only means those messages are published again after
+// their lease: at least once, never lost.
 type ackBatcher struct {
 	store      *shard.Store
 	metrics    *Metrics
@@ -225,27 +238,32 @@ type ackBatcher struct {
 	mu      sync.Mutex
 	pending map[int][]shard.Confirmed
 	n       int
+	retry   map[int][]shard.Confirmed // acks that failed, sent again after a wait
+	nRetry  int
 	started chan struct{} // signalled by the first lease of a batch
 	full    chan struct{} // signalled when n reaches maxPending
-	room    *sync.Cond    // waited on by add while n >= 4*maxPending
+	room    *sync.Cond    // waited on by add while n + nRetry >= 4*maxPending
 }
 
-// The ack batcher's flush interval and batch size.
+// The ack batcher's flush interval and batch size, and the bounds of its
+// wait before sending failed acks again.
 const (
 	ackFlushEvery = 10 * time.Millisecond
 	ackMaxPending = 1024
+	ackRetryMin   = 20 * time.Millisecond
+	ackRetryMax   = time.Second
 )
 
 func newAckBatcher(store *shard.Store, metrics *Metrics, warn func(string, error)) *ackBatcher {
 	a := &ackBatcher{store: store, metrics: metrics, warn: warn, flushEvery: ackFlushEvery, maxPending: ackMaxPending, pending: map[int][]shard.Confirmed{},
-		started: make(chan struct{}, 1), full: make(chan struct{}, 1)}
+		retry: map[int][]shard.Confirmed{}, started: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	a.room = sync.NewCond(&a.mu)
 	return a
 }
 
 func (a *ackBatcher) add(i int, l shard.Confirmed) {
 	a.mu.Lock()
-	for a.n >= 4*a.maxPending { // Redis is slower than the broker: hold the settlers back
+	for a.n+a.nRetry >= 4*a.maxPending { // Redis is slower than the broker, or down: hold the settlers back
 		a.room.Wait()
 	}
 	a.pending[i] = append(a.pending[i], l)
@@ -267,47 +285,88 @@ func (a *ackBatcher) add(i int, l shard.Confirmed) {
 }
 
 // run flushes each batch flushEvery after its first lease (or when it is
-// full) until ctx ends, then once more with flushCtx (bounded by the
-// caller's shutdown deadline). An idle scanner has no batch, so no timer.
+// full), and the acks that failed after a doubling wait, until ctx ends;
+// then it flushes what is left with flushCtx (bounded by the caller's
+// shutdown deadline), trying again while acks fail and flushCtx lasts. An
+// idle scanner has no batch, so no timer.
 func (a *ackBatcher) run(ctx context.Context, flushCtx context.Context) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	retry := backoff.New(ackRetryMin, ackRetryMax)
+	var again <-chan time.Time // while acks wait for a retry
 	for {
 		select {
 		case <-ctx.Done():
-			a.flush(flushCtx)
+			for a.flush(flushCtx, true) && backoff.Sleep(flushCtx, retry.Next()) == nil {
+			}
 			return
+		case <-again:
+			again = nil
+			a.flush(flushCtx, true)
 		case <-a.started:
+			t.Reset(a.flushEvery)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			case <-a.full:
+			}
+			t.Stop()
+			a.flush(flushCtx, false)
 		case <-a.full:
+			a.flush(flushCtx, false)
 		}
-		t.Reset(a.flushEvery)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		case <-a.full:
+		switch {
+		case !a.retrying():
+			retry.Reset()
+			again = nil
+		case again == nil:
+			again = time.After(retry.Next())
 		}
-		t.Stop()
-		a.flush(flushCtx)
 	}
 }
 
-func (a *ackBatcher) flush(ctx context.Context) {
+// retrying reports whether acks wait to be sent again.
+func (a *ackBatcher) retrying() bool {
 	a.mu.Lock()
-	if a.n == 0 {
-		a.mu.Unlock()
-		return
-	}
+	defer a.mu.Unlock()
+	return a.nRetry > 0
+}
+
+// flush acks the pending leases (and, with withRetry, those that failed
+// before), and keeps for a retry the ones whose call failed. It reports
+// whether some wait for a retry.
+func (a *ackBatcher) flush(ctx context.Context, withRetry bool) bool {
+	a.mu.Lock()
 	batch := a.pending
 	n := a.n
 	a.pending, a.n = make(map[int][]shard.Confirmed, len(batch)), 0
+	if withRetry && a.nRetry > 0 {
+		for i, ls := range a.retry {
+			batch[i] = append(batch[i], ls...)
+		}
+		n += a.nRetry
+		a.retry, a.nRetry = map[int][]shard.Confirmed{}, 0
+	}
 	a.room.Broadcast()
 	a.mu.Unlock()
+	if n == 0 {
+		return a.retrying()
+	}
 	acked, err := a.store.AckShards(ctx, batch)
+	var failed *shard.AckError
 	switch {
-	case errors.Is(err, shard.ErrNotReplicated):
+	case errors.As(err, &failed):
+		a.mu.Lock()
+		for i, ls := range failed.Failed {
+			a.retry[i] = append(a.retry[i], ls...)
+		}
+		a.nRetry += failed.N
+		a.mu.Unlock()
+		n -= failed.N
+		a.warn("ack after confirm failed; sending it again until Redis answers", err)
+	case err != nil: // every ack took effect on the master (AckShards)
 		a.warn("ack after confirm not yet on the replicas; the messages are delivered again only if the master fails over first", err)
-	case err != nil:
-		a.warn("ack after confirm; the messages will be delivered again", err)
 	}
 	a.metrics.LostLeases.Add(float64(n - acked))
+	return a.retrying()
 }

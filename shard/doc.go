@@ -91,9 +91,11 @@
 //     different Ms (a resize), the Producer looks the id up first, in a
 //     second step: two producers enqueueing one id at the same moment
 //     under different Ms can both succeed.
-//   - Wake-up notices are Redis Pub/Sub: best effort. Missing one makes a
-//     message late by at most the scanners' idle patrol of the shards,
-//     never lost.
+//   - Wake-up notices are Redis Pub/Sub: best effort. Notices published
+//     while the subscription reconnects are lost; Notices.Next says when it
+//     subscribed again, and the scanners then sweep their shards. A notice
+//     lost otherwise makes a message late by at most the scanners' idle
+//     patrol of the shards; never lost.
 //   - Durability is Redis's: with appendfsync always an acknowledged enqueue
 //     survives a Redis crash; with everysec up to a second can be lost. A
 //     failover to a replica loses what the replica had not received, unless

@@ -9,9 +9,14 @@ import (
 )
 
 // Notice is a wake-up notice: shard Shard has a new head, due at DueMs.
+// Or, when Resubscribed is set (and Shard and DueMs are not), word that
+// the subscription was lost and made again: the notices published between
+// the two are lost, so every shard's head may be earlier than the notices
+// said.
 type Notice struct {
-	Shard int
-	DueMs int64
+	Shard        int
+	DueMs        int64
+	Resubscribed bool
 }
 
 // ErrBadNotice is wrapped by Notices.Next for a payload that is not a
@@ -22,11 +27,12 @@ var ErrBadNotice = errors.New("bad wake-up notice")
 var ErrNoticesClosed = errors.New("wake-up notices closed")
 
 // Notices is a subscription to the namespace's wake-up notices. go-redis
-// resubscribes by itself after a reconnect; notices published meanwhile
-// are lost (Pub/Sub is best effort), which the scanners' patrol covers.
+// resubscribes by itself after a reconnect (Redis restarted, failed over,
+// or the connection broke); notices published meanwhile are lost (Pub/Sub
+// is best effort), and Next says when that happened (Notice.Resubscribed).
 type Notices struct {
 	sub *redis.PubSub
-	ch  <-chan *redis.Message
+	ch  <-chan any // *redis.Message, or *redis.Subscription after a reconnect
 }
 
 // Notices subscribes to the namespace's wake-up notices and returns once
@@ -38,19 +44,24 @@ func (s *Store) Notices(ctx context.Context) (*Notices, error) {
 		_ = sub.Close()
 		return nil, fmt.Errorf("subscribe to wake-up notices: %w", err)
 	}
-	return &Notices{sub: sub, ch: sub.Channel()}, nil
+	return &Notices{sub: sub, ch: sub.ChannelWithSubscriptions()}, nil
 }
 
-// Next returns the next notice. It fails with ctx's error when ctx ends,
+// Next returns the next notice, or one with Resubscribed set after the
+// subscription was made again. It fails with ctx's error when ctx ends,
 // ErrNoticesClosed after Close, and ErrBadNotice (go on reading) for a
 // payload that does not parse.
 func (n *Notices) Next(ctx context.Context) (Notice, error) {
 	select {
 	case <-ctx.Done():
 		return Notice{}, ctx.Err()
-	case m, ok := <-n.ch:
+	case v, ok := <-n.ch:
 		if !ok {
 			return Notice{}, ErrNoticesClosed
+		}
+		m, ok := v.(*redis.Message)
+		if !ok { // a *redis.Subscription: subscribed again
+			return Notice{Resubscribed: true}, nil
 		}
 		i, due, err := ParseNotice(m.Payload)
 		if err != nil {

@@ -304,28 +304,30 @@ const (
 // shard's. A flush of 4 leases in each of 16 shards costs Redis 8.7-8.8 µs
 // a message packed, 10.7-11.3 in a call a shard (go test -run '^$' -bench
 // 'BenchmarkAck/shards' ./shard/ on the two-core benchmark VM, two runs of
-// each build). On error, some may have been acked; the rest will be delivered
-// again. With ErrNotReplicated every ack took effect on the master (they
-// count), but fewer replicas than asked for have it: the messages come
-// back only if the master fails over before they do.
+// each build). When calls fail, the error is an *AckError holding their
+// leases: Redis may or may not have run them, and sending them again is
+// safe (a lease acked already is not found, and counts as not held). With
+// ErrNotReplicated every ack took effect on the master (they count, and
+// are not in the AckError), but fewer replicas than asked for have it: the
+// messages come back only if the master fails over before they do.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int, error) {
 	_, perShard := s.rdb.(*redis.ClusterClient)
-	type batch struct {
-		shards []int
-		n      int
+	type part struct {
+		shard int
+		ls    []Confirmed
 	}
 	var calls []call
-	var batches []batch
+	var batches [][]part
 	var keys []string
 	var args []any
-	var shards []int
+	var parts []part
 	n := 0
 	end := func() {
 		if len(keys) > 0 {
 			calls = append(calls, call{ackScript, keys, args})
-			batches = append(batches, batch{shards, n})
+			batches = append(batches, parts)
 		}
-		keys, args, shards, n = nil, []any{0}, nil, 0
+		keys, args, parts, n = nil, []any{0}, nil, 0
 	}
 	// Every lateness class of the round trip goes with its first call: the
 	// rates sum all shards' counters, so where they are counted does not
@@ -339,7 +341,7 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 				end()
 			}
 			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters)
-			shards = append(shards, i)
+			parts = append(parts, part{i, ls[:m]})
 			args = append(args, m)
 			for _, l := range ls[:m] {
 				args = append(args, l.ID, l.Token)
@@ -353,19 +355,55 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 		return 0, nil
 	}
 	total := 0
-	var firstErr error
+	var failed *AckError
+	var notReplicated error
 	for j, c := range s.run(ctx, calls...) {
 		n, err := c.Int64()
-		if errors.Is(err, ErrNotReplicated) {
+		switch {
+		case errors.Is(err, ErrNotReplicated):
 			n, _ = c.Val().(int64) // done on the master
+			if notReplicated == nil {
+				notReplicated = err
+			}
+		case err != nil:
+			if failed == nil {
+				failed = &AckError{Failed: map[int][]Confirmed{}}
+			}
+			var shards []int
+			for _, p := range batches[j] {
+				failed.Failed[p.shard] = append(failed.Failed[p.shard], p.ls...)
+				failed.N += len(p.ls)
+				shards = append(shards, p.shard)
+			}
+			if failed.Err == nil {
+				failed.Err = fmt.Errorf("ack messages of shard(s) %v: %w", shards, err)
+			}
 		}
 		total += int(n)
-		if err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("ack %d messages of shard(s) %v: %w", batches[j].n, batches[j].shards, err)
-		}
 	}
-	return total, firstErr
+	if failed != nil {
+		return total, failed
+	}
+	if notReplicated != nil {
+		return total, fmt.Errorf("ack: %w", notReplicated)
+	}
+	return total, nil
 }
+
+// AckError is AckShards' error when some of its script calls failed
+// (Redis unreachable, restarting, at its memory limit): Failed holds those
+// calls' leases, N of them, to send again; Err is the first call's error.
+type AckError struct {
+	Failed map[int][]Confirmed
+	N      int
+	Err    error
+}
+
+func (e *AckError) Error() string {
+	return fmt.Sprintf("%d acks not done: %v", e.N, e.Err)
+}
+
+func (e *AckError) Unwrap() error { return e.Err }
 
 // Release gives a lease of shard i back after a publish failed in a way
 // that may succeed later (connection lost, timeout, flow control): the

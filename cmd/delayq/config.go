@@ -365,7 +365,10 @@ func newLogger(c Config, w io.Writer) (*zap.Logger, error) {
 
 // newRedis returns the Redis client of the config: a cluster client for
 // several addresses or DELAYQ_REDIS_CLUSTER, else a single-server client.
-// The caller closes it.
+// Its calls keep to their context's deadline (ContextTimeoutEnabled):
+// without it go-redis waits out its own 3 s read timeout, and a frozen
+// Redis held /readyz and every bounded call that long. The caller closes
+// it.
 func newRedis(c Config) (redis.UniversalClient, error) {
 	var tlsCfg *tls.Config
 	if c.RedisTLS {
@@ -383,6 +386,8 @@ func newRedis(c Config) (redis.UniversalClient, error) {
 		IsClusterMode:    c.RedisCluster,
 		MasterName:       c.RedisSentinel, // with a name, a Sentinel failover client over Addrs
 		SentinelPassword: c.RedisSentPass,
+
+		ContextTimeoutEnabled: true,
 	}), nil
 }
 

@@ -26,6 +26,11 @@ import (
 	"github.com/delayq/delayq/shard"
 )
 
+// readyRedisTimeout bounds /readyz's PING of Redis, so that a frozen Redis
+// gets a 503 naming it within a Kubernetes probe's default timeout (1 s),
+// not a probe that times out with no reason.
+const readyRedisTimeout = 700 * time.Millisecond
+
 // opsServer serves /metrics, /healthz and /readyz for a scanner.
 type opsServer struct {
 	reg      *prometheus.Registry // for the parts that add metrics (the ingress)
@@ -74,7 +79,7 @@ func newOps(addr string, profiles bool, rdb redis.UniversalClient, st *shard.Sto
 		if o.stopping.Load() {
 			problems = append(problems, "shutting down")
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyRedisTimeout)
 		defer cancel()
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			problems = append(problems, "redis: "+err.Error())
