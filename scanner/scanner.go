@@ -700,7 +700,10 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		h[shard.HeaderLateMs] = nowMs - c.DueMs
 	}
 	if releasedMs > 0 { // flow control held it back until then
-		h[shard.HeaderReleasedMs] = releasedMs
+		// Never before its due time: a grant taken a little before the
+		// message fell due (the releaser claims what is due when its claim
+		// runs, after the grant) did not hold it at all.
+		h[shard.HeaderReleasedMs] = max(releasedMs, c.DueMs)
 	}
 	if env.ExpiresMs > 0 { // the deadline goes along, for a stepped retry
 		h[shard.HeaderExpiresAt] = env.ExpiresMs

@@ -152,9 +152,11 @@ const (
 	HeaderLateMs = "x-delayq-late-ms"
 	// HeaderReleasedMs (int64): on a message its topic's flow control
 	// (a rate limit or a pause) held back, unix ms by the Redis clock when
-	// the limit released it (its grant): released - due is how long the
-	// limit held it, and in any second of these times a topic has at most
-	// its rate + burst.
+	// the limit released it (its grant), never before its due time (a
+	// grant taken just before the message fell due stamps the due time):
+	// released - due is how long the limit held it, at least 0. Under a
+	// backlog, in any second of these times a topic has at most its rate +
+	// burst.
 	HeaderReleasedMs = "x-delayq-released-ms"
 	// HeaderSchedule (string) is set on an occurrence of a recurring
 	// schedule: the schedule's name.

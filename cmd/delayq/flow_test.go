@@ -272,3 +272,41 @@ func (w *world) releases(ids []string) []time.Time {
 	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 	return at
 }
+
+// TestLimitWithoutBacklogNeverStampsAReleaseBeforeItsDue: a topic limited
+// to 150/s gets 100 messages a second, each due on its own, so the limit
+// holds none of them back. x-delayq-released-ms is never before
+// x-delayq-due-ms (a grant taken just before a message fell due stamps its
+// due time), and every message arrives, none early.
+func TestLimitWithoutBacklogNeverStampsAReleaseBeforeItsDue(t *testing.T) {
+	w := newWorld(t, 16)
+	w.consume()
+	if _, e, code := w.delayq("", "flow", "limit", "rk", "150", "--burst", "15"); code != 0 {
+		t.Fatalf("flow limit: %s", e)
+	}
+	w.scan("DELAYQ_DEFAULT_EXCHANGE=" + w.exchange)
+	w.scan("DELAYQ_DEFAULT_EXCHANGE=" + w.exchange)
+	var in strings.Builder
+	ids := make([]string, 800)
+	for j := range ids {
+		ids[j] = fmt.Sprintf("nb-%04d", j)
+		fmt.Fprintf(&in, `{"id":%q,"topic":"rk","delay_ms":%d,"body":"x"}`+"\n", ids[j], 1000+j*10)
+	}
+	if out, e, code := w.delayq(in.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: exit %d %s %s", code, out, e)
+	}
+	w.waitDelivered(ids, 60*time.Second)
+	held := 0
+	w.mu.Lock()
+	for _, id := range ids {
+		r := w.got[id][0]
+		if r.releasedMs == 0 {
+			t.Errorf("%s: no x-delayq-released-ms", id)
+		} else if r.releasedMs > r.dueMs {
+			held++
+		}
+	}
+	w.mu.Unlock()
+	w.releases(ids) // fails the test for a release before its due time
+	t.Logf("%d of %d released after their due time", held, len(ids))
+}
