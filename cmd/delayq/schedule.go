@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 
 func scheduleCommand() command {
 	return command{name: "schedule",
-		args:    "[--json] | show NAME | set NAME SPEC [flags] | set --file F | delete NAME | pause NAME | resume NAME | preview SPEC [--zone Z] [-n N]",
+		args:    "[--json] | show NAME | set NAME SPEC [flags] | set --file F | delete NAME | pause NAME | resume NAME | preview SPEC [--zone Z] [--start T] [--end T] [--count N] [-n N]",
 		summary: "recurring schedules: cron or @every, in any time zone", run: runSchedule,
 		flags: func() *flag.FlagSet { return newScheduleFlags().fs }}
 }
@@ -88,7 +89,16 @@ func runSchedule(ctx context.Context, e *env, args []string) int {
 		return usage(fmt.Sprintf("-n %d: give 1..1000", *f.n))
 	}
 	if op == "preview" {
-		return e.previewSpec(pos[1], *f.zone, *f.n)
+		var other []string
+		f.fs.Visit(func(fl *flag.Flag) {
+			if !previewFlags[fl.Name] {
+				other = append(other, "--"+fl.Name)
+			}
+		})
+		if len(other) > 0 {
+			return usage(fmt.Sprintf("preview takes --zone, --start, --end, --count and -n; not %s", strings.Join(other, ", ")))
+		}
+		return e.previewSpec(pos[1], f)
 	}
 	var sc shard.Schedule
 	if op == "set" && *f.file == "" {
@@ -278,13 +288,38 @@ func (e *env) showSchedule(info shard.ScheduleInfo, n int, asJSON bool) int {
 	return exitOK
 }
 
-// previewSpec prints the next n occurrences of a spec, without Redis.
-func (e *env) previewSpec(spec, zone string, n int) int {
-	ts, err := shard.PreviewSpec(spec, zone, time.Now(), time.Time{}, time.Now(), n)
+// previewFlags are the flags preview honours.
+var previewFlags = map[string]bool{"zone": true, "start": true, "end": true, "count": true, "n": true}
+
+// previewSpec prints the next occurrences of a spec as a schedule with
+// f's zone, start, end and count would have them (-n of them at most),
+// without Redis: from --start on when it is given (@every counts from
+// it), else from now.
+func (e *env) previewSpec(spec string, f scheduleFlags) int {
+	now := time.Now()
+	anchor, end := now, time.Time{}
+	from := now
+	var err error
+	if *f.start != "" {
+		if anchor, err = shard.ParseWindowEnd("start", *f.start, now); err != nil {
+			return e.fail("schedule", err)
+		}
+		from = anchor.Add(-time.Millisecond) // an occurrence at the start is one
+	}
+	if *f.end != "" {
+		if end, err = shard.ParseWindowEnd("end", *f.end, now); err != nil {
+			return e.fail("schedule", err)
+		}
+	}
+	n := *f.n
+	if *f.count > 0 {
+		n = min(n, *f.count)
+	}
+	ts, err := shard.PreviewSpec(spec, *f.zone, anchor, end, from, n)
 	if err != nil {
 		return e.fail("schedule", err)
 	}
-	e.printOccurrences("", zone, ts)
+	e.printOccurrences("", *f.zone, ts)
 	return exitOK
 }
 

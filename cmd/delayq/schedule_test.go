@@ -20,6 +20,19 @@ func TestScheduleFromTheCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "in America/New_York") || !strings.Contains(out, "02:30:00 E") {
 		t.Fatalf("preview: exit %d %q", code, out)
 	}
+	// --start: the days around next March's change, not the next days.
+	out, _, code = w.delayq("", "schedule", "preview", "0 10 * * *", "--zone", "Europe/Berlin", "--start", "2031-03-29T00:00:00Z", "-n", "3")
+	if code != 0 || !strings.Contains(out, "2031-03-29T09:00:00Z") || !strings.Contains(out, "2031-03-30 10:00:00 CEST") ||
+		strings.Contains(out, "2031-03-28") || strings.Count(out, "2031-03-") != 6 {
+		t.Errorf("preview --start: exit %d %q", code, out)
+	}
+	out, _, code = w.delayq("", "schedule", "preview", "@every 1h", "--start", "2031-01-01T00:30:00Z", "--end", "2031-01-01T02:00:00Z", "-n", "5")
+	if code != 0 || strings.Count(out, "2031-01-01T") != 2 || !strings.Contains(out, "2031-01-01T01:30:00Z") {
+		t.Errorf("preview --start --end: exit %d %q", code, out)
+	}
+	if _, e, code := w.delayq("", "schedule", "preview", "@daily", "--topic", "t"); code != 2 || !strings.Contains(e, "not --topic") {
+		t.Errorf("preview with a flag it ignores: exit %d %q, want 2 naming it", code, e)
+	}
 	for _, c := range []struct {
 		args  []string
 		field string
@@ -31,6 +44,7 @@ func TestScheduleFromTheCLI(t *testing.T) {
 		{[]string{"schedule", "set", "bad name", "@daily", "--topic", "t"}, "invalid name"},
 		{[]string{"schedule", "set", "d", "@daily"}, "invalid message.destination"},
 		{[]string{"schedule", "set", "s", "@daily", "--topic", "t", "--start", "soon"}, "invalid start"},
+		{[]string{"schedule", "preview", "@daily", "--start", "soon"}, "invalid start"},
 	} {
 		if _, e, code := w.delayq("", c.args...); code != 2 || !strings.Contains(e, c.field) {
 			t.Errorf("%v: exit %d %q, want 2 naming %s", c.args, code, e, c.field)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
@@ -19,7 +20,7 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s session) {
 		one, err := c.o.API.ReadSchedule(r.Context(), name)
 		if err == nil {
 			data["One"] = one
-			data["Preview"], err = c.o.API.PreviewSchedule(r.Context(), name, 10)
+			data["Preview"], err = c.o.API.PreviewSchedule(r.Context(), name, time.Time{}, 10)
 		}
 		if err != nil {
 			data["Error"] = err.Error()

@@ -112,14 +112,18 @@ func (a *API) ReadSchedules(ctx context.Context) ([]Schedule, error) {
 	return out, nil
 }
 
-// PreviewSchedule returns the next n occurrences of schedule name.
-func (a *API) PreviewSchedule(ctx context.Context, name string, n int) ([]Occurrence, error) {
+// PreviewSchedule returns the next n occurrences of schedule name from
+// start on (zero: from its next occurrence, or now).
+func (a *API) PreviewSchedule(ctx context.Context, name string, start time.Time, n int) ([]Occurrence, error) {
 	info, err := a.o.Store.ScheduleInfo(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	from := time.Now()
-	if !info.Next.IsZero() {
+	switch {
+	case !start.IsZero():
+		from = start.Add(-time.Millisecond) // an occurrence at start is one
+	case !info.Next.IsZero():
 		from = info.Next.Add(-time.Millisecond)
 	}
 	ts, err := info.Preview(from, n)
@@ -235,7 +239,15 @@ func (a *API) previewSchedule(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out, err := a.PreviewSchedule(r.Context(), r.PathValue("name"), n)
+	var start time.Time
+	if v := r.URL.Query().Get("start"); v != "" {
+		var err error
+		if start, err = shard.ParseWindowEnd("start", v, time.Now()); err != nil {
+			problem(w, http.StatusBadRequest, "invalid start", err.Error(), "start")
+			return
+		}
+	}
+	out, err := a.PreviewSchedule(r.Context(), r.PathValue("name"), start, n)
 	if err != nil {
 		a.failSchedule(w, err)
 		return

@@ -59,6 +59,13 @@ func TestScheduleLifecycle(t *testing.T) {
 			t.Errorf("preview: %v is not 03:45 in New York", o)
 		}
 	}
+	code, list = f.doList("/v1/schedules/nightly/preview?n=2&start=2031-03-09T00:00:00Z", readToken)
+	if code != 200 || len(list) != 2 || list[0]["at"] != "2031-03-09T07:45:00Z" || list[1]["at"] != "2031-03-10T07:45:00Z" {
+		t.Errorf("preview from a start across March's change: %d %v", code, list)
+	}
+	if code, v := f.do("GET", "/v1/schedules/nightly/preview?start=soon", readToken, "", ""); code != 400 || v["field"] != "start" {
+		t.Errorf("preview with a bad start: %d %v", code, v)
+	}
 	if code, v = f.do("POST", "/v1/schedules/nightly/pause", adminToken, "", ""); code != 200 || v["paused"] != true || v["next"] != nil {
 		t.Errorf("pause: %d %v", code, v)
 	}
