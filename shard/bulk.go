@@ -40,7 +40,8 @@ import (
 // (All).
 type BulkFilter struct {
 	Topic, Prefix string
-	// From and To bound the due time (zero: open).
+	// From and To bound the due time to [From, To) (zero: open), as
+	// BrowseQuery's do.
 	From, To time.Time
 	All      bool
 }
@@ -61,7 +62,7 @@ func (f BulkFilter) Validate() error {
 }
 
 // String is the filter for people and audit logs, e.g.
-// `topic="order.cancel" prefix="campaign-7-" due in [2030-01-01T09:00:00Z, open]`.
+// `topic="order.cancel" prefix="campaign-7-" due in [2030-01-01T09:00:00Z, open)`.
 func (f BulkFilter) String() string {
 	if f.All {
 		return "all"
@@ -80,7 +81,7 @@ func (f BulkFilter) String() string {
 			}
 			return t.UTC().Format(time.RFC3339Nano)
 		}
-		parts = append(parts, fmt.Sprintf("due in [%s, %s]", end(f.From), end(f.To)))
+		parts = append(parts, fmt.Sprintf("due in [%s, %s)", end(f.From), end(f.To)))
 	}
 	return strings.Join(parts, " ")
 }
@@ -369,7 +370,7 @@ func (s *Store) bulkWalk(ctx context.Context, i int, job string, f BulkFilter, p
 		var at []int // index in entries of each id
 		for j := range entries {
 			l := &entries[j]
-			if !f.To.IsZero() && l.Due.After(f.To) {
+			if !f.To.IsZero() && !l.Due.Before(f.To) {
 				more = false // due order: the rest of the shard is later
 				entries = entries[:j]
 				break
@@ -534,7 +535,7 @@ func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter,
 		var page []entry
 		var ids []string
 		for j := 0; j+1 < len(v); j += 2 {
-			if ms, err := strconv.ParseInt(v[j+1], 10, 64); err == nil && !f.To.IsZero() && ms > f.To.UnixMilli() {
+			if ms, err := strconv.ParseInt(v[j+1], 10, 64); err == nil && !f.To.IsZero() && ms >= f.To.UnixMilli() {
 				last = true // due order: the rest is later
 				break
 			}

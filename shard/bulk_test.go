@@ -137,3 +137,59 @@ func TestBulkRescheduleByFilter(t *testing.T) {
 		t.Errorf("a negative delay: %v, want ErrInvalid", err)
 	}
 }
+
+// TestWindowIsHalfOpenLikeTheProfile: a due window [from, to) selects what
+// the due profile's bucket of the same bounds counts: a message due
+// exactly at from is in, one due exactly at to is the next bucket's, in a
+// listing, a dry run and a bulk cancel alike.
+func TestWindowIsHalfOpenLikeTheProfile(t *testing.T) {
+	b := setup(t, 4)
+	now, err := b.store.RedisNow(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const width = time.Minute
+	from := time.UnixMilli(now - now%width.Milliseconds()).Add(2 * width) // a bucket boundary two minutes ahead
+	to := from.Add(width)
+	var msgs []shard.Message
+	for id, at := range map[string]time.Time{"at-from": from, "inside": from.Add(30 * time.Second), "at-to": to, "before": from.Add(-time.Millisecond)} {
+		msgs = append(msgs, shard.Message{ID: id, Topic: "t", At: at})
+	}
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.store.DueProfile(b.ctx, 4, width, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := int(from.Sub(p.Start) / width)
+	if j < 1 || j >= len(p.Counts) || p.Counts[j] != 2 || p.Counts[j+1] != 1 || p.Counts[j-1] != 1 {
+		t.Fatalf("profile from %s: %v, want 1, 2, 1 around bucket %d", p.Start, p.Counts, j)
+	}
+	page, _, err := b.store.Browse(b.ctx, 4, shard.BrowseQuery{Shard: -1, From: from, To: to, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, l := range page {
+		got[l.ID] = true
+	}
+	if len(got) != 2 || !got["at-from"] || !got["inside"] {
+		t.Errorf("browse [from, to): %v, want at-from and inside", got)
+	}
+	f := shard.BulkFilter{From: from, To: to}
+	if n, err := b.store.CountMatching(b.ctx, 4, f); err != nil || n != 2 {
+		t.Errorf("dry run: %d, %v; want 2 (the bucket's count)", n, err)
+	}
+	if p, err := b.store.BulkCancel(b.ctx, 4, f, 0, nil); err != nil || p.Done != 2 {
+		t.Errorf("bulk cancel: %+v, %v; want 2", p, err)
+	}
+	for _, id := range []string{"at-to", "before"} {
+		if info, err := b.store.Inspect(b.ctx, shard.Of(id, 4), id); err != nil || info.State != shard.StateScheduled {
+			t.Errorf("%s after the cancel of [from, to): %s, %v; want scheduled", id, info.State, err)
+		}
+	}
+	if !strings.HasSuffix(f.String(), ")") {
+		t.Errorf("filter text %q does not show a half-open window", f.String())
+	}
+}

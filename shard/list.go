@@ -34,9 +34,11 @@ const maxListPage = 1000
 type BrowseQuery struct {
 	Shard         int // only this shard; -1: every shard, in turn
 	Topic, Prefix string
-	// From and To bound the due time (zero: open). Messages are in due
-	// order within a shard, so From starts each shard's walk there and To
-	// ends it.
+	// From and To bound the due time to [From, To), half-open like the
+	// due profile's buckets, so that a bucket's link selects what the
+	// bucket counts and adjacent windows never share a message (zero:
+	// open). Messages are in due order within a shard, so From starts each
+	// shard's walk there and To ends it.
 	From, To time.Time
 	After    BrowseCursor // where the last page ended; zero: the start
 	Limit    int          // messages on a page, 1 to 10,000
@@ -128,7 +130,7 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 			scanned += len(entries)
 			for j := range entries {
 				l := &entries[j]
-				if !q.To.IsZero() && l.Due.After(q.To) {
+				if !q.To.IsZero() && !l.Due.Before(q.To) {
 					more = false // due order: the rest of the shard is later
 					break
 				}

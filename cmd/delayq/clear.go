@@ -36,7 +36,7 @@ func addBulkFlags(fs *flag.FlagSet, o *bulkOpts, withAll bool) {
 	fs.StringVar(&o.topic, "topic", "", "the scheduled messages of this topic")
 	fs.StringVar(&o.prefix, "prefix", "", "the scheduled messages whose id starts with this")
 	fs.StringVar(&o.from, "from", "", "the scheduled messages due at or after this: a duration from now (30m, -1h) or an RFC 3339 time")
-	fs.StringVar(&o.to, "to", "", "the scheduled messages due at or before this: a duration from now or an RFC 3339 time")
+	fs.StringVar(&o.to, "to", "", "the scheduled messages due before this (the window is [from, to)): a duration from now or an RFC 3339 time")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "only count what the filter selects now; change nothing")
 	fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
 }
