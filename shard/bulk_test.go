@@ -193,3 +193,52 @@ func TestWindowIsHalfOpenLikeTheProfile(t *testing.T) {
 		t.Errorf("filter text %q does not show a half-open window", f.String())
 	}
 }
+
+// TestBulkRescheduleCountsEachOnceWhileScannersRun: a reschedule to now
+// while the scanners take what it moves (some published, some refused
+// and set due again a little later, some still in flight) counts every
+// message once and none as in flight: the walk meets what it moved again
+// and knows it by its scheduled time.
+func TestBulkRescheduleCountsEachOnceWhileScannersRun(t *testing.T) {
+	b := setup(t, 2)
+	base := time.Now().Add(time.Hour)
+	var msgs []shard.Message
+	for i := range 3000 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("r-%04d", i), Topic: "t", At: base.Add(time.Duration(i) * time.Second)})
+	}
+	if _, err := b.prod.EnqueueBatch(b.ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	scanner := func(shard.BulkProgress) {
+		// A scanner between two pages: claims what is due in each shard;
+		// acks a third, releases a third for a retry 1 s later (a refused
+		// publish), and leaves a third in flight.
+		pages++
+		res, errs := b.store.ClaimShards(b.ctx, []int{0, 1}, 100, time.Minute)
+		for j, r := range res {
+			if errs[j] != nil {
+				t.Fatal(errs[j])
+			}
+			for k, c := range r.Msgs {
+				switch k % 3 {
+				case 0:
+					if _, err := b.store.Ack(b.ctx, j, c.Lease); err != nil {
+						t.Fatal(err)
+					}
+				case 1:
+					if _, err := b.store.Release(b.ctx, j, c.Lease, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	p, err := b.store.BulkReschedule(b.ctx, 2, shard.BulkFilter{Prefix: "r-"}, 0, time.Time{}, 3000, scanner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Done != 3000 || p.InFlight != 0 {
+		t.Errorf("rescheduled %d, %d in flight, over %d pages; want 3000 and 0", p.Done, p.InFlight, pages)
+	}
+}

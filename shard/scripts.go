@@ -827,8 +827,13 @@ return out
 //	ARGV[3] wake channel   ARGV[4] shard index   ARGV[5..] ids (at most maxCancelMany)
 //
 // Returns one status per id: 1 moved, 0 not scheduled here, -1 in flight,
-// 2 already due then (not moved, not counted). Publishes one wake notice
-// when the shard's head is earlier after the call. Complexity: O(n log N).
+// 2 scheduled for that time already (not moved, not counted): due then, or
+// scheduled then and since claimed (in flight) or set due later by a
+// failed publish's retry. A walk that meets a message it moved (the
+// scanners took it meanwhile, or a retry put it later in the walk's way)
+// so neither counts it twice nor calls it in flight. Publishes one wake
+// notice when the shard's head is earlier after the call. Complexity:
+// O(n log N).
 var bulkRescheduleScript = redis.NewScript(metaOf + countDone + `
 local due = ARGV[2]
 local before = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
@@ -836,7 +841,15 @@ local out, n = {}, 0
 for j = 5, #ARGV do
   local id = ARGV[j]
   local s = redis.call('ZSCORE', KEYS[1], id)
-  if redis.call('ZSCORE', KEYS[3], id) then
+  local inflight = redis.call('ZSCORE', KEYS[3], id)
+  local sch = nil
+  if inflight or s then
+    local _, t = meta_of(redis.call('HGET', KEYS[4], id))
+    sch = t
+  end
+  if sch and sch == tonumber(due) then
+    out[j - 4] = 2
+  elseif inflight then
     out[j - 4] = -1
   elseif not s then
     out[j - 4] = 0
