@@ -2,9 +2,13 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
@@ -204,4 +208,104 @@ func nodeOf(t *testing.T, c *shardtest.Cluster, slot int64) string {
 	}
 	t.Fatalf("no node serves slot %d", slot)
 	return ""
+}
+
+// TestBatchDuringSlotMigrationCountsItsOwnWrites: while Redis Cluster
+// moves one shard's slot (some of its keys moved, so its script gets
+// TRYAGAIN), go-redis runs again every call of that node's pipeline,
+// those that ran included. A batch whose first call is that shard's still
+// reports the other shards' new messages as enqueued, not as duplicates
+// of themselves, and that shard's as a Redis failure.
+func TestBatchDuringSlotMigrationCountsItsOwnWrites(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	rdb := c.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	const ns, m = "moving", 16
+	st, err := shard.NewStore(rdb, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
+	// Shard a, the one whose slot moves, and the others on its node.
+	nodeOfShard := map[int]string{}
+	slotOf := map[int]int64{}
+	for i := range m {
+		slot, err := rdb.ClusterKeySlot(ctx, shard.ShardKeys(ns, i).Due).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slotOf[i], nodeOfShard[i] = slot, nodeOf(t, c, slot)
+	}
+	a := 0
+	var same []int
+	for i := 1; i < m; i++ {
+		if nodeOfShard[i] == nodeOfShard[a] {
+			same = append(same, i)
+		}
+	}
+	if len(same) == 0 {
+		t.Fatalf("no other shard on %s: %v", nodeOfShard[a], nodeOfShard)
+	}
+	idIn := func(i int, prefix string) string {
+		for n := 0; ; n++ {
+			if id := fmt.Sprintf("%s-%d", prefix, n); shard.Of(id, m) == i {
+				return id
+			}
+		}
+	}
+	if _, err := prod.Enqueue(ctx, shard.Message{ID: idIn(a, "seed"), Topic: "t", Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Move shard a's slot, and its due key only, to another master.
+	from := redis.NewClient(&redis.Options{Addr: nodeOfShard[a]})
+	t.Cleanup(func() { _ = from.Close() })
+	var toAddr string
+	for _, addr := range c.Addrs {
+		if addr != nodeOfShard[a] {
+			toAddr = addr
+			break
+		}
+	}
+	to := redis.NewClient(&redis.Options{Addr: toAddr})
+	t.Cleanup(func() { _ = to.Close() })
+	fromID, err := from.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toID, err := to.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := slotOf[a]
+	if err := to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(toAddr, ":")
+	if err := from.Do(ctx, "MIGRATE", host, port, shard.ShardKeys(ns, a).Due, 0, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []shard.Message{{ID: idIn(a, "moving"), Topic: "t", Delay: time.Hour}}
+	for _, i := range same {
+		msgs = append(msgs, shard.Message{ID: idIn(i, "staying"), Topic: "t", Delay: time.Hour})
+	}
+	res, err := prod.EnqueueBatch(ctx, msgs)
+	if err == nil || res[0].Err == nil || errors.Is(res[0].Err, shard.ErrDuplicate) {
+		t.Errorf("the migrating shard's message: %v (batch %v); want a Redis failure", res[0].Err, err)
+	}
+	for _, r := range res[1:] {
+		if r.Err != nil {
+			t.Errorf("%s in shard %d: %v; want enqueued", r.ID, r.Shard, r.Err)
+		}
+	}
 }

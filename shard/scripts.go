@@ -95,12 +95,24 @@ return {status, due}
 // Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
 // returns it: 1 created, 2 replaced, 0 duplicate id, -1 in flight (upsert
 // refused), -2 shard full, -3 refused by a tombstone (nothing written for
-// that message). When the
+// that message); and 3, stored already by this very write, with the due
+// time it has: the id holds a byte-identical envelope (same content and
+// the same producer millisecond, EnqueuedMs), so this call is the write
+// that stored it, run again. go-redis runs every command of a pipeline
+// again when the first one's reply is an error it retries (TRYAGAIN while
+// Redis Cluster moves a slot, LOADING, READONLY), including those that
+// ran: without 3 such a batch reported its own messages as duplicates.
+// Nothing is written or counted for a 3. When the
 // shard's head is earlier after the call than before, publishes one notice
 // "<shard>:<due>" for the new head, as n single enqueues would have for
 // the last of them.
 // Complexity: O(n log N).
 var enqueueManyScript = redis.NewScript(nowMs + cancelledAhead + `
+-- stored_due is the due time of a message stored already, or what this
+-- call computed if it is no longer scheduled (claimed since).
+local function stored_due(id, due)
+  return tonumber(redis.call('ZSCORE', KEYS[1], id) or due)
+end
 local n = tonumber(ARGV[1])
 local cap = tonumber(ARGV[4])
 local upsert = ARGV[5] == '1'
@@ -116,7 +128,9 @@ for j = 1, n do
   if ARGV[a + 2] == 'delay' then due = now + due end
   local status = 1
   if upsert and redis.call('HEXISTS', KEYS[2], id) == 1 then
-    if redis.call('ZSCORE', KEYS[3], id) then
+    if redis.call('HGET', KEYS[2], id) == ARGV[a + 1] then
+      status, due = 3, stored_due(id, due)
+    elseif redis.call('ZSCORE', KEYS[3], id) then
       status = -1
     else
       redis.call('HDEL', KEYS[4], id)
@@ -133,6 +147,7 @@ for j = 1, n do
     if redis.call('HEXISTS', KEYS[2], id) == 1 then status = 0 end
   elseif redis.call('HSETNX', KEYS[2], id, ARGV[a + 1]) == 0 then
     status = 0
+    if redis.call('HGET', KEYS[2], id) == ARGV[a + 1] then status, due = 3, stored_due(id, due) end
   else
     -- An integer due (the producer checks its range) formatted here
     -- costs less than Redis's %.17g.
@@ -140,7 +155,7 @@ for j = 1, n do
     held = held + 1
     created = created + 1
   end
-  if status > 0 then written = written + 1 end
+  if status == 1 or status == 2 then written = written + 1 end
   out[2 * j - 1] = status
   out[2 * j] = status > 0 and due or 0
 end

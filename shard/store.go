@@ -528,7 +528,7 @@ func enqueueStatus(v []any, err error) (int64, error) {
 		return 0, r.err
 	}
 	switch status {
-	case 1, 2:
+	case 1, 2, 3: // 3: stored by this very write, which ran again (enqueueManyScript)
 		return due, nil
 	case 0:
 		return 0, ErrDuplicate
