@@ -592,8 +592,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 			w.Release(1)
 			continue
 		case dead != nil:
-			s.undeliverable(ctx, i, c, *dead)
-			endSpan(span, dead.event(), dead.text, !dead.refused && dead.label != ReasonExpired)
+			endUndeliverable(span, *dead, s.undeliverable(ctx, i, c, *dead))
 			w.Release(1)
 			continue
 		case err != nil:
@@ -632,17 +631,6 @@ type deadReason struct {
 	refused     bool
 }
 
-// event names what happens to the message, for its publish span.
-func (d *deadReason) event() string {
-	switch {
-	case d.label == ReasonExpired:
-		return "expired"
-	case d.refused:
-		return "refused"
-	}
-	return "dead-lettered"
-}
-
 // prepare turns a message claimed at nowMs (released by its topic's flow
 // control at releasedMs, 0 if not held) into a publish, and starts its
 // publish span (nil when tracing is off; the caller ends it). A non-nil
@@ -679,6 +667,7 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 	if err != nil {
 		return publisher.Message{}, span, &deadReason{ReasonNoRoute, err.Error(), false}, nil
 	}
+	destined(span, dest.Exchange, dest.RoutingKey) // before any refusal, so its span names where it went
 	why, expired := env.Expired(c.DueMs, nowMs)
 	if expired && dest.Expired != router.ExpiredPublish {
 		return publisher.Message{}, span, &deadReason{ReasonExpired, why, false}, nil
@@ -715,7 +704,7 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		h[shard.HeaderSchedule] = o.Schedule
 		h[shard.HeaderNominalMs] = o.NominalMs
 	}
-	routed(span, dest.Exchange, dest.RoutingKey, h)
+	routed(span, h)
 	p := env.Properties
 	ts := p.Timestamp
 	if ts.IsZero() {
@@ -730,8 +719,9 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 }
 
 // undeliverable settles a message that could not be published for why: a
-// refusal is retried until MaxRefusals, anything else is dead at once.
-func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, why deadReason) {
+// refusal is retried until MaxRefusals, anything else is dead at once. It
+// reports whether the message went to the dead set.
+func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, why deadReason) bool {
 	if !why.refused {
 		ok, err := s.d.Store.DeadLetter(ctx, i, c.Lease, why.text)
 		if err != nil {
@@ -739,10 +729,10 @@ func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, wh
 		} else if ok {
 			s.buried(i, c, why)
 		}
-		return
+		return ok && err == nil
 	}
 	if ctx.Err() != nil {
-		return // shutting down past the deadline: the lease brings it back
+		return false // shutting down past the deadline: the lease brings it back
 	}
 	out, err := s.d.Store.Refuse(ctx, i, c.Lease, s.retryDelay(c.Attempt), s.cfg.MaxRefusals, why.text)
 	switch {
@@ -750,10 +740,12 @@ func (s *Scanner) undeliverable(ctx context.Context, i int, c *shard.Claimed, wh
 		s.errLog.warn("release after a refusal; the message stays leased and will be retried", err)
 	case out == shard.Buried:
 		s.buried(i, c, why)
+		return true
 	case out == shard.Released:
 		s.d.Metrics.Released.Inc()
 		s.errLog.warn("broker refused the message; released for a retry", fmt.Errorf("%s: %s", c.ID, why.text))
 	}
+	return false
 }
 
 func (s *Scanner) buried(i int, c *shard.Claimed, why deadReason) {

@@ -194,11 +194,11 @@ func (s *Scanner) settleFailed(ctx context.Context) {
 		err := m.err
 		switch {
 		case errors.Is(err, publisher.ErrReturned):
-			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonReturned, err.Error(), true})
-			endSpan(m.span, "refused", err.Error(), false)
+			why := deadReason{ReasonReturned, err.Error(), true}
+			endUndeliverable(m.span, why, s.undeliverable(ctx, m.shard, &m.c, why))
 		case errors.Is(err, publisher.ErrNacked):
-			s.undeliverable(ctx, m.shard, &m.c, deadReason{ReasonNacked, err.Error(), true})
-			endSpan(m.span, "refused", err.Error(), false)
+			why := deadReason{ReasonNacked, err.Error(), true}
+			endUndeliverable(m.span, why, s.undeliverable(ctx, m.shard, &m.c, why))
 		default:
 			s.release(ctx, m.shard, &m.c, err)
 			endSpan(m.span, "released for a retry", err.Error(), false)

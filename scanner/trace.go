@@ -58,9 +58,11 @@ func (s *Scanner) startPublishSpan(c *shard.Claimed, env *shard.Envelope, i int,
 	return span
 }
 
-// routed names the span after its destination and puts the span's
-// context in the headers to publish.
-func routed(span trace.Span, exchange, routingKey string, h amqp.Table) {
+// destined names the span after the destination its message was routed
+// to, with the destination's attributes: before the publish, so that a
+// message refused before it (its exchange missing) says where it was
+// going too.
+func destined(span trace.Span, exchange, routingKey string) {
 	if span == nil {
 		return
 	}
@@ -71,7 +73,37 @@ func routed(span trace.Span, exchange, routingKey string, h amqp.Table) {
 	span.SetName("publish " + name)
 	span.SetAttributes(attribute.String("messaging.destination.name", exchange),
 		attribute.String("messaging.rabbitmq.destination.routing_key", routingKey))
+}
+
+// routed puts the span's context in the headers to publish.
+func routed(span trace.Span, h amqp.Table) {
+	if span == nil {
+		return
+	}
 	tracing.Inject(trace.ContextWithSpan(context.Background(), span), h)
+}
+
+// endUndeliverable ends the publish span of a message that could not be
+// published for why; buried: it went to the dead set. A refusal that is
+// retried is a "refused" event; the last one, which dead-letters the
+// message, is followed by a "dead-lettered" event and ends the span in
+// error, as anything else that dead-letters does; an expired message is
+// an "expired" event, what its producer asked for, not an error.
+func endUndeliverable(span trace.Span, why deadReason, buried bool) {
+	if span == nil {
+		return
+	}
+	switch {
+	case why.label == ReasonExpired:
+		endSpan(span, "expired", why.text, false)
+	case why.refused && !buried:
+		endSpan(span, "refused", why.text, false)
+	case why.refused:
+		span.AddEvent("refused", trace.WithAttributes(attribute.String("delayq.detail", why.text)))
+		endSpan(span, "dead-lettered", why.text, true)
+	default:
+		endSpan(span, "dead-lettered", why.text, true)
+	}
 }
 
 // endSpan ends a publish span with an event saying how the message was

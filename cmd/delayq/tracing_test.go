@@ -92,7 +92,8 @@ func (r *otlpReceiver) publishSpans(id string) []*tracepb.Span {
 // and the message published; with tracing off nothing is exported.
 func TestTracingFromProducerToConsumer(t *testing.T) {
 	recv := newOTLPReceiver(t)
-	w := newWorld(t, 4, "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.url, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=delayq-test")
+	w := newWorld(t, 4, "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.url, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=delayq-test",
+		"DELAYQ_MAX_REFUSALS=3")
 	w.consume()
 	in := newIngress(t, w)
 	scanner := w.scan(in.env)
@@ -243,6 +244,41 @@ func TestTracingFromProducerToConsumer(t *testing.T) {
 		}
 		return false
 	}, func() string { return "no span of retried's later attempt that was confirmed" })
+
+	// Refused until it is dead (DELAYQ_MAX_REFUSALS=3): the last attempt's
+	// span has the refusal, then the dead-lettering, and ends in error; a
+	// span refused for a missing exchange is named after it and says where
+	// it was going, as one returned unroutable does.
+	gone := "gone-" + w.ns
+	for id, dest := range map[string][2]string{"never-exchange": {gone, "rk"}, "never-routed": {w.exchange, "nobody"}} {
+		_, err = prod.Enqueue(ctx, shard.Message{ID: id, Exchange: dest[0], RoutingKey: dest[1], Delay: time.Millisecond})
+		must(t, err)
+	}
+	for id, exchange := range map[string]string{"never-exchange": gone, "never-routed": w.exchange} {
+		shardtest.WaitFor(t, 30*time.Second, func() bool {
+			for _, s := range recv.publishSpans(id) {
+				var names []string
+				for _, e := range s.Events {
+					names = append(names, e.Name)
+				}
+				if strings.Join(names, ",") == "refused,dead-lettered" && s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+					dest := ""
+					for _, a := range s.Attributes {
+						if a.Key == "messaging.destination.name" {
+							dest = a.Value.GetStringValue()
+						}
+					}
+					if s.Name != "publish "+exchange || dest != exchange {
+						t.Errorf("%s: dead-lettered span %q with destination %q, want publish %s", id, s.Name, dest, exchange)
+					}
+					return true
+				}
+			}
+			return false
+		}, func() string {
+			return fmt.Sprintf("no span of %s refused and dead-lettered: %v", id, recv.publishSpans(id))
+		})
+	}
 
 	// Tracing off: the same enqueue through a scanner without OTEL_*
 	// exports nothing, and the consumer gets the producer's traceparent.

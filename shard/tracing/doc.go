@@ -27,7 +27,11 @@
 //     message's traceparent and tracestate with the span's own, so an
 //     instrumented consumer continues this trace. A retry, a refusal, a
 //     dead-letter and an expiry are events on the span; it ends when the
-//     broker confirmed the message or it was settled otherwise.
+//     broker confirmed the message or it was settled otherwise. A
+//     dead-letter ends the span in error, also after the last refusal
+//     (events "refused" then "dead-lettered"); the span is named after the
+//     destination (and has its attributes) even when the broker refused
+//     the message before any publish, its exchange missing.
 //   - Export (Setup): over OTLP/HTTP, configured by the standard OTEL_*
 //     variables (OTEL_EXPORTER_OTLP_ENDPOINT or _TRACES_ENDPOINT, headers,
 //     OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES).
