@@ -161,9 +161,31 @@ func TestConsoleDueProfile(t *testing.T) {
 	if width > 390 {
 		t.Errorf("the overview is %d px wide on a 390 px screen", width)
 	}
-	if summary, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("due-summary"))); err != nil || !strings.Contains(summary, "at most") {
+	if summary, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("due-summary"))); err != nil || !strings.Contains(summary, "at most") ||
+		!strings.Contains(summary, "as of ") {
 		t.Errorf("the chart's summary: %q %v", summary, err)
 	}
+	// On the phone the whole chart shows: the scale, the spike, and every
+	// bar with a count at least a pixel high.
+	seen, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => {
+		const chart = document.getElementById("due-chart").getBoundingClientRect();
+		const max = document.getElementById("due-max").getBoundingClientRect();
+		let right = 0, lowest = 1e9, spike = 0;
+		for (const r of document.querySelectorAll("#due-chart rect.bar")) {
+			const b = r.getBoundingClientRect();
+			right = Math.max(right, b.right);
+			if (+r.dataset.count > 0) { lowest = Math.min(lowest, b.height); }
+			if (+r.dataset.count > spike) { spike = +r.dataset.count; }
+		}
+		return {chartRight: chart.right, maxLeft: max.left, maxRight: max.right, barsRight: right, lowest: lowest, spike: spike};
+	})()`))
+	must(t, err)
+	if seen["chartRight"] > 390 || seen["barsRight"] > 390 || seen["maxLeft"] < 0 || seen["maxRight"] > 390 || seen["lowest"] < 1 {
+		t.Errorf("the chart at 390 px: %v; want it, its bars and its scale on screen, every bar with a count at least 1 px high", seen)
+	}
+	shot, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(t, err)
+	artifact(t, "console-due-profile-390.png", shot)
 }
 
 // TestConsoleRates: two scanners publish 600 messages while they and
@@ -223,6 +245,19 @@ func TestConsoleRates(t *testing.T) {
 	if out, _, _ := w.delayq("", "stats"); !strings.Contains(out, "published/s, ") || !strings.Contains(out, "lateness p99 <= ") {
 		t.Errorf("delayq stats has no rates line:\n%s", out)
 	}
+	// Messages due over the next hour, for the chart (the screenshot is
+	// the README's picture of the console).
+	var later strings.Builder
+	for j := range 400 {
+		delay := time.Duration(j%60)*time.Minute + time.Duration(j)*time.Second
+		if j%5 == 0 {
+			delay = 20*time.Minute + time.Duration(j)*time.Millisecond // a busy minute
+		}
+		fmt.Fprintf(&later, `{"id":"later-%d","topic":"order.cancel","delay_ms":%d,"body":"x"}`+"\n", j, delay.Milliseconds())
+	}
+	if out, e, code := w.delayq(later.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: %s %s", out, e)
+	}
 	// The overview, refreshed live while more is published.
 	do := func(steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -248,4 +283,53 @@ func TestConsoleRates(t *testing.T) {
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	must(t, err)
 	artifact(t, "console-rates.png", shot)
+}
+
+// TestConsoleManyShards: with 32 shards the overview shows the 8 busiest
+// (a hot shard first) and how uneven the shards are, and keeps the full
+// table a click away; the live refresh redraws both the same way.
+func TestConsoleManyShards(t *testing.T) {
+	const m = 32
+	w := newWorld(t, m)
+	ctx := browser(t)
+	st, err := shard.NewStore(redisSrv.Client(t), w.ns)
+	must(t, err)
+	prod := shard.NewProducer(st, balance.Static(m), shard.ProducerOptions{})
+	var msgs []shard.Message
+	hot := 0
+	for j := range 400 {
+		id := fmt.Sprintf("s%04d", j)
+		if j == 0 {
+			hot = shard.Of(id, m)
+		}
+		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Hour})
+	}
+	for j := 0; len(msgs) < 700; j++ { // 300 more in the hot shard
+		if id := fmt.Sprintf("h%05d", j); shard.Of(id, m) == hot {
+			msgs = append(msgs, shard.Message{ID: id, Topic: "t", Delay: time.Hour})
+		}
+	}
+	_, err = prod.EnqueueBatch(t.Context(), msgs)
+	must(t, err)
+	base := w.serve(t)
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("busiest"))))
+	check := func(when string) {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]any](`({
+			busiest: [...document.querySelectorAll("#busiest tbody tr")].map(tr => tr.cells[0].textContent),
+			all: document.querySelectorAll("#shards tbody tr").length,
+			open: document.getElementById("all-shards").open,
+			skew: document.getElementById("shard-skew").textContent})`))
+		must(t, err)
+		busiest, _ := v["busiest"].([]any)
+		if len(busiest) != 8 || fmt.Sprint(busiest[0]) != fmt.Sprint(hot) || v["all"] != float64(m) || v["open"] != false ||
+			!strings.Contains(fmt.Sprint(v["skew"]), fmt.Sprintf("32 shards, 22 scheduled each on average; the fullest, shard %d", hot)) {
+			t.Errorf("%s: %v; want the 8 busiest, shard %d first, all %d a click away, and the spread", when, v, hot, m)
+		}
+	}
+	check("as served")
+	must(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#updated:not(:empty)"))))
+	check("after the live refresh")
 }

@@ -90,6 +90,8 @@ func New(o Options) (*Console, error) {
 		"due":    func(t any) timeView { return timeOf(t, "overdue") },
 		"plural": plural,
 		"msSec":  func(ms int64) float64 { return float64(ms) / 1000 },
+		"args":   func(v ...any) []any { return v }, // several values for a {{template}}
+		"sub":    func(a, b int) int { return a - b },
 	}).ParseFS(files, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console templates: %w", err)
@@ -310,7 +312,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
 	st, err := c.o.API.ReadStats(r.Context())
-	data := map[string]any{"S": s, "Title": "Overview", "Nav": "overview", "Stats": st}
+	data := map[string]any{"S": s, "Title": "Overview", "Nav": "overview", "Stats": st, "ShardSummary": summarizeShards(st.Shards)}
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,12 +21,15 @@ type dueChart struct {
 	Topic               string // one topic's chart; empty: the namespace's
 	Topics              []string
 	Estimated           bool // some bars are estimates (a topic's busy buckets)
-	Width, Height, Plot int  // the SVG's size; Plot: the bars' height
+	Width, Height, Plot int  // the SVG's size; Plot: the axis, where the bars stand
+	Left                int  // the bars start here, right of the scale
 	Bars                []dueBar
 	Ticks               []dueTick
+	Scale               []dueTick // the count scale: Label at height X from the top
 	Max, Total, Overdue int64
 	InFlight            int64
 	Span                string // "the next hour", "the next 7 days"
+	AsOf                string // when the profile was computed (Redis clock, UTC), and how long before the page
 }
 
 type dueBar struct {
@@ -42,14 +46,33 @@ type dueTick struct {
 	Label string
 }
 
-// newDueChart lays out profile p.
-func newDueChart(p httpapi.DueProfile) dueChart {
-	const plot, left, barW, gap = 120, 8, 10, 2
-	c := dueChart{Resolution: p.Resolution, Topic: p.Topic, Plot: plot, Height: plot + 22, Max: p.Max, Total: p.Total, Overdue: p.Overdue,
-		InFlight: p.InFlight, Other: "hour", Span: "the next hour"}
+// newDueChart lays out profile p for a page rendered at now. A bar's
+// height is its count against the largest, on a linear scale whose marks
+// (the largest count, half of it, 0) sit left of the bars; a bar with a
+// count is at least 4 px high, so a quiet minute beside a spike still
+// shows. The SVG shrinks to the screen's width (CSS), so the whole span,
+// spike and scale included, is visible on a phone.
+func newDueChart(p httpapi.DueProfile, now time.Time) dueChart {
+	const top, plot, left, barW, gap = 8, 120, 52, 10, 2 // top: room for the scale's highest mark
+	base := top + plot                                   // the axis
+	c := dueChart{Resolution: p.Resolution, Topic: p.Topic, Plot: base, Height: base + 22, Left: left, Max: p.Max, Total: p.Total,
+		Overdue: p.Overdue, InFlight: p.InFlight, Other: "hour", Span: "the next hour"}
 	step, every := time.Minute, 15
 	if p.Resolution == "hour" {
 		c.Other, c.Span, step, every = "minute", "the next 7 days", time.Hour, 24
+	}
+	if at, err := time.Parse(time.RFC3339Nano, p.Now); err == nil {
+		c.AsOf = "as of " + at.UTC().Format("15:04:05") + " UTC"
+		if age := now.Sub(at).Round(time.Second); age >= time.Second {
+			c.AsOf += fmt.Sprintf(", %s before this page", age)
+		}
+	}
+	if p.Max > 0 { // marks at the largest count, at half of it (a whole count, at its own height), and at 0
+		c.Scale = []dueTick{{X: top, Label: shortCount(p.Max)}}
+		if half := p.Max / 2; half >= 1 {
+			c.Scale = append(c.Scale, dueTick{X: base - int(plot*half/p.Max), Label: shortCount(half)})
+		}
+		c.Scale = append(c.Scale, dueTick{X: base, Label: "0"})
 	}
 	w := barW
 	if len(p.Buckets) > 100 {
@@ -60,8 +83,8 @@ func newDueChart(p httpapi.DueProfile) dueChart {
 		h := 0
 		if p.Max > 0 {
 			h = int(float64(plot) * float64(b.Count) / float64(p.Max))
-			if b.Count > 0 && h < 2 {
-				h = 2 // a bar of one message still shows
+			if b.Count > 0 && h < 4 {
+				h = 4 // a bar of one message still shows, also shrunk to a phone's width (a third)
 			}
 		}
 		x := left + j*(w+gap)
@@ -77,7 +100,7 @@ func newDueChart(p httpapi.DueProfile) dueChart {
 				to.UTC().Format("15:04"), b.Sampled)
 			c.Estimated = true
 		}
-		c.Bars = append(c.Bars, dueBar{X: x, Y: plot - h, W: w, H: h, Count: b.Count, Sampled: b.Sampled, From: b.From, To: b.To,
+		c.Bars = append(c.Bars, dueBar{X: x, Y: base - h, W: w, H: h, Count: b.Count, Sampled: b.Sampled, From: b.From, To: b.To,
 			Href: "/scheduled?" + q.Encode(), Title: title})
 		if j%every == 0 {
 			label := "now"
@@ -111,9 +134,22 @@ func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
 	if err != nil {
 		return dueChart{}, err
 	}
-	chart := newDueChart(p)
+	chart := newDueChart(p, time.Now())
 	if chart.Topics, err = c.o.Producer.Store().Topics(r.Context(), 200); err != nil {
 		return dueChart{}, err
 	}
 	return chart, nil
+}
+
+// shortCount writes a count for the chart's scale: 950, 8.2k, 1.5M.
+func shortCount(n int64) string {
+	switch {
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 10_000:
+		return strconv.FormatInt(n/1000, 10) + "k"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -38,21 +38,37 @@
     }
     spark("lateness", p.map(function (x) { return x.lateness_p99_ms || 0; }));
   }
+  function shardRows(sel, shards) {
+    var body = document.querySelector(sel);
+    if (!body) { return; }
+    body.innerHTML = "";
+    shards.forEach(function (r) {
+      var tr = document.createElement("tr");
+      [r.shard, r.scheduled, r.due_now, r.in_flight, r.dead, dur(r.oldest_overdue_seconds), r.next_due || ""].forEach(function (v) {
+        var td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+  }
+  function skew(shards) {
+    var total = 0, fullest = shards[0];
+    shards.forEach(function (r) { total += r.scheduled; if (r.scheduled > fullest.scheduled) { fullest = r; } });
+    if (total === 0) { return shards.length + " shards, none holds a scheduled message."; }
+    var mean = total / shards.length;
+    return shards.length + " shards, " + Math.round(mean) + " scheduled each on average; the fullest, shard " + fullest.shard +
+      ", holds " + fullest.scheduled + " (" + (fullest.scheduled / mean).toFixed(1) + "× the average).";
+  }
   function refresh() {
     fetch("/ui/stats", { credentials: "same-origin" }).then(function (r) { return r.ok ? r.json() : null; }).then(function (s) {
       if (!s) { return; }
       set("t-scheduled", s.total.scheduled); set("t-due", s.total.due_now); set("t-inflight", s.total.in_flight);
       set("t-dead", s.total.dead); set("t-overdue", dur(s.total.oldest_overdue_seconds));
-      var body = document.querySelector("#shards tbody");
-      if (body) {
-        body.innerHTML = "";
-        s.shards.forEach(function (r) {
-          var tr = document.createElement("tr");
-          [r.shard, r.scheduled, r.due_now, r.in_flight, r.dead, dur(r.oldest_overdue_seconds), r.next_due || ""].forEach(function (v) {
-            var td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
-          });
-          body.appendChild(tr);
-        });
+      shardRows("#shards tbody", s.shards);
+      if (document.getElementById("busiest")) { // many shards: the busiest and the spread, as console/shards.go has them
+        shardRows("#busiest tbody", s.shards.slice().sort(function (a, b) {
+          return (b.due_now - a.due_now) || (b.scheduled - a.scheduled) || (a.shard - b.shard);
+        }).slice(0, 8));
+        set("shard-skew", skew(s.shards));
       }
       var redis = document.querySelector("#redis tbody");
       if (redis && s.redis) {
