@@ -242,3 +242,30 @@ func TestBulkRescheduleCountsEachOnceWhileScannersRun(t *testing.T) {
 		t.Errorf("rescheduled %d, %d in flight, over %d pages; want 3000 and 0", p.Done, p.InFlight, pages)
 	}
 }
+
+// TestBatchGivenTwiceIsADuplicate: an id given twice in one batch is a
+// duplicate the second time, also when the two go in different script
+// calls of their shard; with upsert the second replaces the first.
+func TestBatchGivenTwiceIsADuplicate(t *testing.T) {
+	b := setup(t, 1)
+	msgs := []shard.Message{{ID: "twice", Topic: "t", Body: []byte("first"), Delay: time.Hour}}
+	for j := range 150 { // more than a script call takes
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m%03d", j), Topic: "t", Delay: time.Hour})
+	}
+	msgs = append(msgs, shard.Message{ID: "twice", Topic: "t", Body: []byte("second"), Delay: time.Hour})
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || !errors.Is(res[len(res)-1].Err, shard.ErrDuplicate) {
+		t.Errorf("enqueue: first %v, second %v; want stored, then a duplicate", res[0].Err, res[len(res)-1].Err)
+	}
+	res, err = b.prod.UpsertBatch(b.ctx, []shard.Message{msgs[0], msgs[len(msgs)-1]})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("upsert: %v %+v", err, res)
+	}
+	info, err := b.store.Inspect(b.ctx, 0, "twice")
+	if err != nil || info.Envelope == nil || string(info.Envelope.Body) != "second" {
+		t.Errorf("after the upsert: %+v, %v; want the second body", info.Envelope, err)
+	}
+}

@@ -356,13 +356,21 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 	preps := make([]prepared, len(msgs))
 	todo := make([]int, 0, len(msgs))
 	var batchErr error
+	given := make(map[string]bool, len(msgs))
 	for i := range msgs {
 		res[i].ID = msgs[i].ID
+		if !upsert && given[msgs[i].ID] {
+			// Given twice: a duplicate of the first, answered here, since the
+			// two may go in different script calls (enqueueManyScript).
+			res[i].Err = fmt.Errorf("enqueue %q: %w (given twice in this batch)", msgs[i].ID, ErrDuplicate)
+			continue
+		}
 		pm, err := p.prepare(ctx, &msgs[i])
 		if err != nil {
 			res[i].Err = fmt.Errorf("enqueue %q: %w", msgs[i].ID, err)
 			continue
 		}
+		given[msgs[i].ID] = true
 		preps[i] = pm
 		res[i].Shard = pm.shard
 		todo = append(todo, i)
