@@ -855,7 +855,11 @@ func TestTwoProcessesShareWakeups(t *testing.T) {
 		ca, cb = a.scanner.Counts(), b.scanner.Counts()
 		return ca.Published+cb.Published == int64(len(ids))
 	}, func() string { return fmt.Sprintf("published %d + %d, want %d", ca.Published, cb.Published, len(ids)) })
-	if n := empty() - before; n > 4 {
+	// Both processes taking every wake-up would make about one empty claim
+	// a head (20). A process that falls behind is helped by the other (a
+	// claim reply says work is due there now), which costs a few: a full
+	// suite on two cores saw 6.
+	if n := empty() - before; n > 10 {
 		t.Errorf("%d empty claims for 20 heads: both processes took the wake-ups", n)
 	}
 	t.Logf("20 heads due 50 ms apart, one shard, two processes: %d empty claims, published %d and %d", empty()-before, ca.Published, cb.Published)
