@@ -236,6 +236,67 @@
 // process comes first each interval) are read without a scan of the
 // messages and without a leader; both docs say what they cost.
 //
+// # The far-future tier (designed; not built yet)
+//
+// Most of what a busy namespace holds is due far ahead (trial ends,
+// renewals, reminders days out), and today every pending message costs a
+// ZSET entry and a hash field: 358 bytes with a 100-byte body. A message
+// due beyond a horizon H (a setting; 1 h unless measurement says
+// otherwise) will instead be stored compactly until it comes near, then
+// promoted into the due ZSET and msg hash above, so the claim, ack and
+// every script of the hot path stay as they are.
+//
+// Layout, per shard i (every key with the shard's hash tag {ns:i}, so a
+// shard's far messages share its Redis Cluster slot):
+//
+//	far:<b>     LIST of records of bucket b (due in [b*W, (b+1)*W), W about
+//	            10 min), appended raw, each: varint length, id, varint due
+//	            offset in the bucket, varint sequence, envelope
+//	farz:<b>    LIST of the same records compressed, blocks of 256 (zstd)
+//	fidx:<h>    HASH id -> "<b>:<seq>" for the ids whose hash is h mod K:
+//	            listpacks of about 100 ids (K set per namespace)
+//	fardir      ZSET b -> bucket start: the buckets that exist; a sealed
+//	            bucket (promotion under way) is marked in farmeta
+//	farmeta     HASH per bucket: live count, sealed, promotion lease
+//
+// Measured (scripts/memory-layouts.sh, cmd/delayq-bench/README.md,
+// "Memory"): 60 bytes a message with 100-byte JSON bodies and random
+// 16-digit ids (records compressed 4.2x, the id index 23-25 bytes), 276
+// with 1 KiB JSON, 162 with bodies that do not compress; against 358, 1,478
+// and 358 today. Compression: github.com/klauspost/compress/zstd (pure Go,
+// well kept, decodes at GB/s), to be measured against s2 and a trained
+// dictionary before it is chosen.
+//
+// The rules, each one script call in the shard's slot:
+//
+//   - Placement: the enqueue script puts a message far when its bucket
+//     starts at least H after Redis TIME and is not sealed, near otherwise;
+//     an id is never near and far at once (dedupe looks at both), and every
+//     write of a far record takes a new sequence number.
+//   - Promotion, without a leader: any scanner, from a cursor the fleet
+//     shares, finds buckets that start within H, takes a lease on one
+//     (expiring: another scanner takes over after a crash), seals it (no
+//     more appends; enqueues for that time go near), decodes its records in
+//     Go and hands them to a promote script in calls of at most 64: a
+//     record moves to due ZSET + msg hash only when its index entry still
+//     says "<b>:<seq>" (the latest version, not cancelled), so a rerun after
+//     a crash doubles nothing and a stale version never wins. The bucket's
+//     keys go only with the lease still held and every record settled. A
+//     record that does not decode goes to the dead set with its reason.
+//   - Cancel deletes the index entry (O(1)); the record is skipped at
+//     promotion. Upsert and reschedule write a new record and index entry
+//     (the old record becomes garbage). Raced with promotion, each is one
+//     script against the index entry: whichever runs first decides, and the
+//     other sees the message near, or gone.
+//   - Inspect, list, bulk jobs and a topic's profile read a bucket's
+//     records (bounded by the bucket); the namespace's profile and stats use
+//     the per-bucket live counts.
+//
+// Not settled yet: K and its growth, W, H and the promotion margin; the
+// rolling-upgrade order (the tier is to be enabled per namespace, after
+// every scanner can promote). Each is to be measured and written here as it
+// is built.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and
