@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/klauspost/compress/dict"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
@@ -69,6 +70,10 @@ func BenchmarkFarBlockCompression(b *testing.B) {
 	for _, big := range []bool{false, true} {
 		r := rand.New(rand.NewPCG(1, 2))
 		raw := make([][]byte, blocks)
+		var samples [][]byte // records to train a dictionary on: those of other blocks than the measured ones
+		for range 20 * per {
+			samples = append(samples, farRecord(r, 0, big))
+		}
 		size := 0
 		for k := range raw {
 			var buf bytes.Buffer
@@ -84,7 +89,17 @@ func BenchmarkFarBlockCompression(b *testing.B) {
 		if big {
 			bodies = "json1k"
 		}
-		for _, c := range codecs {
+		trained, err := dict.BuildZstdDict(samples, dict.Options{MaxDictSize: 16 << 10, HashBytes: 6, ZstdDictID: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		zdict, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderDict(trained), zstd.WithEncoderConcurrency(1))
+		zddec, _ := zstd.NewReader(nil, zstd.WithDecoderDicts(trained), zstd.WithDecoderConcurrency(1))
+		withDict := append(codecs, struct {
+			name     string
+			enc, dec func([]byte) []byte
+		}{"zstd-fastest-dict", func(p []byte) []byte { return zdict.EncodeAll(p, nil) }, func(c []byte) []byte { o, _ := zddec.DecodeAll(c, nil); return o }})
+		for _, c := range withDict {
 			b.Run(bodies+"/"+c.name, func(b *testing.B) {
 				packed := make([][]byte, blocks)
 				stored := 0
