@@ -250,8 +250,9 @@
 // shard's far messages share its Redis Cluster slot):
 //
 //	far:<b>     LIST of records of bucket b (due in [b*W, (b+1)*W), W about
-//	            10 min), appended raw, each: varint length, id, varint due
-//	            offset in the bucket, varint sequence, envelope
+//	            10 min), appended raw, each: varint length, the id with its
+//	            length, varint due offset in the bucket, varint sequence,
+//	            envelope (farrecord.go: the codec, built and fuzzed)
 //	farz:<b>    LIST of the same records compressed, blocks of 256 (zstd)
 //	fidx:<h>    HASH id -> "<b>:<seq>" for the ids whose hash is h mod K:
 //	            listpacks of about 100 ids (K set per namespace)
