@@ -22,7 +22,10 @@ type Metrics struct {
 	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned, nacked
 	// Reaped counts expired leases this process's claims re-queued (a
 	// crashed or stuck scanner's messages); LostLeases counts confirmed
-	// messages whose lease had expired first (a duplicate follows).
+	// messages whose lease had expired first (a duplicate follows), and
+	// also an ack sent again after Redis went away that Redis had run
+	// before it did (its reply lost): the ack script cannot tell the two
+	// apart, so after a Redis restart the count is an upper bound.
 	Reaped     prometheus.Counter
 	LostLeases prometheus.Counter
 	// EmptyClaims counts claims that found nothing due: another goroutine
@@ -72,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Redelivered:        counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
 		Released:           counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
 		Reaped:             counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
-		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack; a duplicate follows."),
+		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows), and acks sent again after Redis went away that it had already run."),
 		EmptyClaims:        counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
 		Occurrences:        counter("schedule_occurrences_total", "Occurrences of recurring schedules fired to be published (missed ones a policy publishes count when they are fired)."),
 		OccurrencesSkipped: counter("schedule_occurrences_skipped_total", "Missed occurrences of recurring schedules that their policy skipped."),

@@ -791,7 +791,7 @@ func (s *Scanner) release(ctx context.Context, i int, c *shard.Claimed, cause er
 // were, with the latest error, even if no warning of that kind comes
 // after it (a burst right after an outage's first warning was otherwise
 // never seen). Its timers end at stop, which reports what is still
-// swallowed.
+// swallowed; after stop every warning is logged.
 type rateLimited struct {
 	log   *zap.Logger
 	every time.Duration
@@ -822,10 +822,10 @@ func (r *rateLimited) warn(msg string, err error) {
 		r.kinds[msg] = st
 	}
 	now := time.Now()
-	if now.Sub(st.last) < r.every {
+	if now.Sub(st.last) < r.every && !r.stopped { // after stop, no timer would report it: log it
 		st.suppressed++
 		st.latest = err
-		if st.report == nil && !r.stopped {
+		if st.report == nil {
 			st.report = time.AfterFunc(st.last.Add(r.every).Sub(now), func() { r.reportSwallowed(msg) })
 		}
 		r.mu.Unlock()

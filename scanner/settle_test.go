@@ -42,7 +42,10 @@ func TestSwallowedWarningsAreReported(t *testing.T) {
 	if got := logs.FilterMessage("ack (repeated)").Len(); got != 2 {
 		t.Errorf("%d reports after stop, want 2", got)
 	}
-	r.warn("ack", errors.New("after stop")) // no timer after stop
+	r.warn("ack", errors.New("after stop")) // no timer after stop: logged at once
+	if n := logs.FilterMessage("ack").Len(); n != 2 {
+		t.Errorf("%d lines of the warning itself after stop, want 2 (the first and the one after stop)", n)
+	}
 	r.stop()
 }
 
