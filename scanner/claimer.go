@@ -27,12 +27,21 @@ const claimPipelines = 2
 // The claimer's goroutines (claimPipelines of them, serving the same
 // requests) are started and stopped by the Scanner, after the workers:
 // each answers every request it took.
+//
+// Each goroutine claims as its own shard.Claimant, so a claim whose reply
+// is lost (Redis killed after it ran the claim, a connection cut) leaves
+// a receipt; before its next round trip the goroutine presents the
+// receipts it holds (shard.Store.Recover), which puts those messages back
+// as due at once instead of after their lease. Receipts still held when
+// the goroutine stops are presented once more, within the shutdown
+// deadline; what is left comes back with its lease.
 type claimer struct {
-	store *shard.Store
-	k     int
-	lease time.Duration
-	reqs  chan claimRequest
-	hold  func() []string // the topics under flow control, which claims set apart
+	store     *shard.Store
+	k         int
+	lease     time.Duration
+	reqs      chan claimRequest
+	hold      func() []string        // the topics under flow control, which claims set apart
+	recovered func(n int, err error) // after each Recover: messages re-queued, and its error
 }
 
 type claimRequest struct {
@@ -45,8 +54,8 @@ type claimReply struct {
 	err error
 }
 
-func newClaimer(store *shard.Store, k int, lease time.Duration, hold func() []string) *claimer {
-	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline), hold: hold}
+func newClaimer(store *shard.Store, k int, lease time.Duration, hold func() []string, recovered func(int, error)) *claimer {
+	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline), hold: hold, recovered: recovered}
 }
 
 // claim asks for a claim on shard i and waits for its outcome; reply is
@@ -61,9 +70,12 @@ func (c *claimer) claim(ctx context.Context, i int, reply chan claimReply) (shar
 	return r.res, r.err
 }
 
-// run serves claims until life ends; the round trips use workCtx. Stop
-// ends life only once no worker can ask any more.
+// run serves claims until life ends; the round trips use workCtx (which
+// ends only when Stop gives up on the work under way), also the last
+// recovery of lost claims. Stop ends life only once no worker can ask any
+// more.
 func (c *claimer) run(life, workCtx context.Context) {
+	me := shard.NewClaimant()
 	batch := make([]claimRequest, 0, maxClaimPipeline)
 	shards := make([]int, 0, maxClaimPipeline)
 	for {
@@ -72,6 +84,7 @@ func (c *claimer) run(life, workCtx context.Context) {
 		case r := <-c.reqs:
 			batch = append(batch, r)
 		case <-life.Done():
+			c.recover(workCtx, me)
 			return
 		}
 	gather:
@@ -86,9 +99,19 @@ func (c *claimer) run(life, workCtx context.Context) {
 		for _, r := range batch {
 			shards = append(shards, r.shard)
 		}
-		res, errs := c.store.ClaimHolding(workCtx, shards, c.k, c.lease, c.hold())
+		c.recover(workCtx, me)
+		res, errs := c.store.ClaimFor(workCtx, me, shards, c.k, c.lease, c.hold())
 		for j, r := range batch {
 			r.reply <- claimReply{res: res[j], err: errs[j]}
 		}
 	}
+}
+
+// recover presents the receipts of me's lost claims, if it holds any.
+func (c *claimer) recover(ctx context.Context, me *shard.Claimant) {
+	if me.Lost() == 0 {
+		return
+	}
+	n, err := c.store.Recover(ctx, me)
+	c.recovered(n, err)
 }

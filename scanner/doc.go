@@ -79,7 +79,12 @@
 // is visited, so there is no separate reaper to run or to forget; a claim
 // reply also says when the shard's next lease expires, and the due board
 // treats that as work due then, so the messages of a crashed scanner come
-// back when their lease expires, not when a patrol happens by.
+// back when their lease expires, not when a patrol happens by. A claim
+// whose reply was lost (Redis killed after it ran the claim, a connection
+// cut) does not wait for its lease: each claimer goroutine claims as a
+// shard.Claimant and presents the receipts of its lost claims before its
+// next round trip (claimer.go), which makes those messages due at once
+// (delayq_claims_recovered_total).
 //
 // # Flow control at release
 //
@@ -134,8 +139,9 @@
 //
 // # Non-guarantees
 //
-// Exactly-once: after a lease expiry or an ack that failed, a message is
-// published again; consumers dedupe on message_id. Ordering between
+// Exactly-once: after a lease expiry, a message is published again;
+// consumers dedupe on message_id. (An ack that fails is sent again until
+// Redis answers, so it costs a duplicate only if the process dies first.) Ordering between
 // messages is not preserved.
 //
 // # Lifecycle

@@ -22,12 +22,15 @@ type Metrics struct {
 	Dead        *prometheus.CounterVec // reason: corrupt, no_route, exchange_missing, returned, nacked
 	// Reaped counts expired leases this process's claims re-queued (a
 	// crashed or stuck scanner's messages); LostLeases counts confirmed
-	// messages whose lease had expired first (a duplicate follows), and
-	// also an ack sent again after Redis went away that Redis had run
-	// before it did (its reply lost): the ack script cannot tell the two
-	// apart, so after a Redis restart the count is an upper bound.
+	// messages whose lease had expired first (a duplicate follows). An ack
+	// sent again after Redis went away, which Redis had run before (its
+	// reply lost), finds the message gone and is not counted.
 	Reaped     prometheus.Counter
 	LostLeases prometheus.Counter
+	// Recovered counts messages whose claim's reply was lost (Redis went
+	// away after running it), put back as due at once by their receipts
+	// (shard.Store.Recover) instead of after their lease.
+	Recovered prometheus.Counter
 	// EmptyClaims counts claims that found nothing due: another goroutine
 	// or scanner process took the head first, or the head this process
 	// knew was stale. Per message, it is the work that wake-ups waste.
@@ -75,7 +78,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Redelivered:        counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
 		Released:           counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
 		Reaped:             counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
-		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows), and acks sent again after Redis went away that it had already run."),
+		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows)."),
+		Recovered:          counter("claims_recovered_total", "Messages whose claim's reply was lost (Redis went away after running it), put back as due at once instead of after their lease."),
 		EmptyClaims:        counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
 		Occurrences:        counter("schedule_occurrences_total", "Occurrences of recurring schedules fired to be published (missed ones a policy publishes count when they are fired)."),
 		OccurrencesSkipped: counter("schedule_occurrences_skipped_total", "Missed occurrences of recurring schedules that their policy skipped."),
@@ -100,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
 		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
 	return m
 }
@@ -115,7 +119,7 @@ func (m *Metrics) counts() Counts {
 	return Counts{
 		Claimed: int64(value(m.Claimed)), Published: int64(value(m.Published)), Redelivered: int64(value(m.Redelivered)),
 		Dead: int64(dead), Released: int64(value(m.Released)), LostLeases: int64(value(m.LostLeases)), Reaped: int64(value(m.Reaped)),
-		EmptyClaims: int64(value(m.EmptyClaims)),
+		EmptyClaims: int64(value(m.EmptyClaims)), Recovered: int64(value(m.Recovered)),
 	}
 }
 

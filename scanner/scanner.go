@@ -205,6 +205,7 @@ type Counts struct {
 	LostLeases  int64 // confirmed, but the lease had expired (a duplicate will follow)
 	Reaped      int64 // expired leases re-queued by this scanner's claims
 	EmptyClaims int64 // claims that found nothing due
+	Recovered   int64 // lost claims put back as due by their receipts
 }
 
 // Scanner runs the claim loops of one process.
@@ -294,7 +295,7 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 		failed: make(chan *sent, 2*cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.flow = newFlowControl()
-	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics)
+	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics, s.recovered)
 	return s, nil
 }
 

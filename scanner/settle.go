@@ -222,8 +222,9 @@ func (s *Scanner) settleFailed(ctx context.Context) {
 // duplicates: for about a second after Redis returns, go-redis fails new
 // connections with the last dial error while older ones already claim, so
 // the messages claimed then were confirmed and their acks refused. Sending
-// an ack again is safe: a lease acked already, or expired and re-queued, is
-// not found and counts as lost (LostLeases: a duplicate follows). Leases
+// an ack again is safe: a lease acked already is not found (and, its
+// message gone, not counted), one expired and re-queued meanwhile counts
+// as lost (LostLeases: a duplicate follows). Leases
 // waiting for a retry count against the batcher's bound, so a long outage
 // holds the confirms back instead of growing memory. Losing the batches
 // (the process dies) only means those messages are published again after
@@ -333,26 +334,37 @@ func (a *ackBatcher) retrying() bool {
 }
 
 // flush acks the pending leases (and, with withRetry, those that failed
-// before), and keeps for a retry the ones whose call failed. It reports
-// whether some wait for a retry.
+// before, in a call of their own), and keeps for a retry the ones whose
+// call failed. It reports whether some wait for a retry.
 func (a *ackBatcher) flush(ctx context.Context, withRetry bool) bool {
 	a.mu.Lock()
-	batch := a.pending
-	n := a.n
+	batch, n := a.pending, a.n
 	a.pending, a.n = make(map[int][]shard.Confirmed, len(batch)), 0
+	var again map[int][]shard.Confirmed
+	nAgain := 0
 	if withRetry && a.nRetry > 0 {
-		for i, ls := range a.retry {
-			batch[i] = append(batch[i], ls...)
-		}
-		n += a.nRetry
+		again, nAgain = a.retry, a.nRetry
 		a.retry, a.nRetry = map[int][]shard.Confirmed{}, 0
 	}
 	a.room.Broadcast()
 	a.mu.Unlock()
-	if n == 0 {
-		return a.retrying()
+	if nAgain > 0 {
+		// An ack sent again whose message is gone was most likely run by
+		// the call that failed: not a lost lease.
+		acked, gone, err := a.store.AckResent(ctx, again)
+		a.settled(nAgain, acked+gone, err)
 	}
-	acked, err := a.store.AckShards(ctx, batch)
+	if n > 0 {
+		acked, err := a.store.AckShards(ctx, batch)
+		a.settled(n, acked, err)
+	}
+	return a.retrying()
+}
+
+// settled accounts for an ack call of n leases, done of them acked (or
+// found acked before): it keeps for a retry those whose call failed,
+// and counts the rest that were not done as lost leases.
+func (a *ackBatcher) settled(n, done int, err error) {
 	var failed *shard.AckError
 	switch {
 	case errors.As(err, &failed):
@@ -367,6 +379,5 @@ func (a *ackBatcher) flush(ctx context.Context, withRetry bool) bool {
 	case err != nil: // every ack took effect on the master (AckShards)
 		a.warn("ack after confirm not yet on the replicas; the messages are delivered again only if the master fails over first", err)
 	}
-	a.metrics.LostLeases.Add(float64(n - acked))
-	return a.retrying()
+	a.metrics.LostLeases.Add(float64(n - done))
 }

@@ -58,3 +58,16 @@ func (s *Scanner) claimOutcome(err error) {
 		s.sweep("claims succeed again after failing")
 	}
 }
+
+// recovered counts the messages of lost claims that the claimer put back
+// as due (claimer.recover), and warns when presenting the receipts failed
+// (they are kept and presented again before the next round trip).
+func (s *Scanner) recovered(n int, err error) {
+	if n > 0 {
+		s.d.Metrics.Recovered.Add(float64(n))
+		s.log.Info("claims whose replies were lost are due again", zap.Int("messages", n))
+	}
+	if err != nil {
+		s.errLog.warn("recover claims whose replies were lost; trying again before the next claims", err)
+	}
+}

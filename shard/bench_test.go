@@ -99,11 +99,20 @@ func BenchmarkClaimAndAck(b *testing.B) {
 // scanner sends them: one pipelined round trip of claims on 64 shards. Each
 // op first enqueues two due messages into every shard, then claims; only
 // the claims' share of Redis's own CPU is counted (INFO cpu around them),
-// reported per claim.
+// reported per claim. receipts=true claims as a scanner does, for a
+// Claimant (each claim writes its receipt: receipts.go).
 func BenchmarkClaimSteady(b *testing.B) {
 	const m, due, later = 64, 2, 200
-	for _, k := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("batch=%d", k), func(b *testing.B) {
+	for _, c := range []struct {
+		k        int
+		receipts bool
+	}{{1, false}, {1, true}, {8, false}, {8, true}, {32, false}, {32, true}} {
+		k := c.k
+		var claimant *shard.Claimant
+		if c.receipts {
+			claimant = shard.NewClaimant()
+		}
+		b.Run(fmt.Sprintf("batch=%d/receipts=%v", k, c.receipts), func(b *testing.B) {
 			shardtest.Require(b, srvErr)
 			rdb := srv.Client(b)
 			st, err := shard.NewStore(rdb, shardtest.Namespace(b))
@@ -160,7 +169,7 @@ func BenchmarkClaimSteady(b *testing.B) {
 					b.Fatal(err)
 				}
 				cpu0 := redisCPU(b, rdb)
-				res, errs := st.ClaimShards(ctx, shards, k, time.Hour)
+				res, errs := st.ClaimFor(ctx, claimant, shards, k, time.Hour, nil)
 				claimsCPU += redisCPU(b, rdb) - cpu0
 				for j, r := range res {
 					if errs[j] != nil || len(r.Msgs) != min(k, due) {

@@ -6,7 +6,8 @@
 //
 // # Layout
 //
-// A namespace ns has M shards. Shard i is eight keys sharing the hash tag
+// A namespace ns has M shards. Shard i is eight keys (and a few more for
+// flow control, schedules and claim receipts) sharing the hash tag
 // {ns:i}, so each script runs in one Redis Cluster slot:
 //
 //	delayq:{ns:i}:due       ZSET  id -> due time (unix ms, Redis clock)
@@ -25,6 +26,8 @@
 //	delayq:{ns:i}:held:<topic>  ZSET  under flow control: id -> due (HeldKey)
 //	delayq:{ns:i}:prehold       HASH  under flow control: PreHold's cursor
 //	delayq:{ns:i}:schedule:<name> HASH a recurring schedule (ScheduleKey)
+//	delayq:{ns:i}:claimed:<claimant>:<n> STRING what a claim leased, expiring
+//	                              with the lease (receipts.go)
 //
 // plus the namespace's shard cursor (CursorKey), layout (LayoutKey: the
 // high-water mark, every M used, producers' pins), wake-up channel
@@ -64,6 +67,10 @@
 //     its attempt count raised. Each claim re-queues at most MaxReap and
 //     reports the shard's next lease deadline (ClaimResult.LeaseHeadMs), so
 //     a scanner knows when a shard has expired leases, as it knows its head.
+//   - A lost reply is not a lost lease: a claim whose reply never came
+//     back (Redis killed after running it, a connection cut) leaves its
+//     Claimant a receipt, and Recover puts those messages back as due at
+//     once (receipts.go). Claims are never sent twice by the Redis client.
 //   - Covered: every Producer pins the M it writes under (PinLayout), so
 //     the high-water mark scanners cover never drops below a shard it
 //     writes to, whatever M it was given.

@@ -89,6 +89,8 @@ end
 //	ARGV[3] r, the most expired leases to re-queue (>= 1)
 //	ARGV[4] h, the most entries to set apart in this call (>= 1)
 //	ARGV[5] t   ARGV[5+j] the name of controlled topic j
+//	ARGV[6+t] the claim's nonce (optional: without it, no receipt)
+//	KEYS[5+t] the claim's receipt STRING (with ARGV[6+t]; receipts.go)
 //
 // After the reaper, it reads the due entries in due order (score <= now,
 // k at first, then up to k + 32 a read), reads their topics from their envelopes
@@ -101,7 +103,7 @@ end
 // envelope|nil, attempts, ...}: the claim's reply with, fifth, the number
 // of entries set apart by this call.
 // Complexity: O((k + h + r) log N).
-var claimHoldScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + `
+var claimHoldScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + receiptPrelude + `
 local k, h, t = tonumber(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = {}
 for j = 1, t do held[ARGV[5 + j]] = KEYS[4 + j] end
@@ -145,6 +147,7 @@ if #head > 0 then out[2] = tonumber(head[2]) end
 if #ids > 0 then
   local deadline = lease_all(KEYS[3], KEYS[4], ids, scores, envs, tonumber(ARGV[2]), out)
   if out[4] < 0 or deadline < out[4] then out[4] = deadline end
+  receipt(KEYS[5 + t], ARGV[6 + t], deadline, ids, ARGV[2])
 end
 return out
 `)

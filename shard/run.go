@@ -15,6 +15,10 @@ type call struct {
 	args   []any
 }
 
+// sentOnce are the scripts the Redis client never sends a second time
+// after a connection error (see noRetry): the claims.
+var sentOnce = map[*redis.Script]bool{claimScript: true, claimHoldScript: true}
+
 // run is how every script runs: the calls go to Redis in one pipeline
 // (one round trip) by EVALSHA. Calls that Redis refused with NOSCRIPT
 // (its script cache was flushed: a restart, SCRIPT FLUSH) did not run, so
@@ -57,11 +61,15 @@ func (s *Store) run(ctx context.Context, calls ...call) []*redis.Cmd {
 // WAIT counts the replicas that have the writes of its own connection, so
 // it follows the calls in their pipeline.
 func (s *Store) send(ctx context.Context, calls []call, eval bool) []*redis.Cmd {
-	one := func(c redis.Scripter, cl call) *redis.Cmd {
-		if eval {
-			return cl.script.Eval(ctx, c, cl.keys, cl.args...)
+	one := func(c processor, cl call) *redis.Cmd {
+		var sc redis.Scripter = c
+		if sentOnce[cl.script] {
+			sc = noRetry{c}
 		}
-		return cl.script.EvalSha(ctx, c, cl.keys, cl.args...)
+		if eval {
+			return cl.script.Eval(ctx, sc, cl.keys, cl.args...)
+		}
+		return cl.script.EvalSha(ctx, sc, cl.keys, cl.args...)
 	}
 	wait := false
 	if s.replicas > 0 {
@@ -142,3 +150,51 @@ func (s *Store) Load(ctx context.Context) error {
 	}
 	return nil
 }
+
+// processor is what a call is sent through: the client or a pipeline.
+type processor interface {
+	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// noRetry sends script calls as commands the Redis client never sends a
+// second time. go-redis sends a command again after a connection error,
+// and a call that ran before the connection broke would then run twice:
+// for a claim, the first run's messages stay leased with no one to
+// publish them (receipts.go). Only Eval and EvalSha, what Script uses to
+// run, are sent this way; the rest goes as usual.
+type noRetry struct{ processor }
+
+func (n noRetry) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return n.eval(ctx, "eval", script, keys, args)
+}
+
+func (n noRetry) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return n.eval(ctx, "evalsha", sha1, keys, args)
+}
+
+// eval builds the command as go-redis does (name, body or digest, the
+// number of keys, the keys, the arguments; the first key at 3 for Redis
+// Cluster's routing) and sends it wrapped in onceCmd.
+func (n noRetry) eval(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, payload, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = n.Process(ctx, onceCmd{cmd}) // the error is the command's
+	return cmd
+}
+
+// onceCmd is a command go-redis does not send again after a failure
+// (go-redis's Cmder.NoRetry, also honoured by pipelines and Redis Cluster).
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+func (c onceCmd) Clone() redis.Cmder { return onceCmd{c.Cmd.Clone().(*redis.Cmd)} }

@@ -238,8 +238,10 @@ end
 // claimScript is the heart of delayq: the atomic claim.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
+//	KEYS[5] the claim's receipt STRING (with ARGV[5])
 //	ARGV[1] k, the most messages to claim (>= 1)   ARGV[2] lease ms
 //	ARGV[3] r, the most expired leases to re-queue (>= 1)   ARGV[4] k + 1
+//	ARGV[5] the claim's nonce (optional: without it, no receipt)
 //
 // First, when the earliest lease has expired, it re-queues up to r expired
 // leases: each goes back to the due set at the time it was scheduled for
@@ -263,7 +265,9 @@ end
 // 61-68 either way at k = 1).
 // The envelopes and attempts of all n come from one HMGET each, their
 // leases go in with one ZADD and their scheduled times with one HSET, so a
-// claim makes the same 8 or 9 calls whatever k is (plus 6 when it reaps).
+// claim makes the same 8 or 9 calls whatever k is (plus 6 when it reaps),
+// and one more with a nonce: the receipt of what it leased (receipts.go),
+// which recovers the claim if its reply is lost.
 // Redis 7.0 turns each Lua number passed to redis.call into a string with
 // printf's %.17g (0.25-0.45 µs each, measured): constant arguments are
 // strings, k + 1 comes as ARGV[4], and the deadline is formatted once per
@@ -277,7 +281,7 @@ end
 // message was scheduled for; attempts counts earlier deliveries (0 on the
 // first).
 // Complexity: O(log N + (k + r) log N).
-var claimScript = redis.NewScript(nowMs + metaOf + reapExpired + `
+var claimScript = redis.NewScript(nowMs + metaOf + reapExpired + receiptPrelude + `
 local k = tonumber(ARGV[1])
 local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1}
@@ -326,6 +330,7 @@ if n > 0 then
     out[#out + 1] = a
   end
   redis.call('HSET', KEYS[4], unpack(upd))
+  receipt(KEYS[5], ARGV[5], deadline, ids, ARGV[2])
 end
 if out[2] < 0 and k > 1 then
   local h = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
@@ -351,7 +356,10 @@ return out
 // and the attempt count. An id whose lease was lost (it expired and was
 // re-queued, maybe claimed again) is left alone: this script cannot tell a
 // re-queued copy from a new message that reuses the id, and deleting the
-// latter would lose it. The price is one duplicate delivery.
+// latter would lose it. The price is one duplicate delivery. An id not
+// leased with that token whose envelope is gone counts as gone: for an
+// ack sent again after its call failed, most likely the first call ran
+// (Redis went away before it replied), which is no lost lease.
 // Per shard, one ZMSCORE checks every lease, then one ZREM and two HDELs
 // remove the acked ones: 4 calls for the shard's batch (Redis 6.2 or
 // newer); ZREM's reply is the count (an id twice in a batch counts once).
@@ -362,11 +370,11 @@ return out
 // counters.late:<class>, one HINCRBY each (the classes come summed per
 // round trip, so a message costs next to nothing more; a lease lost
 // meanwhile still counts there, and its redelivery again).
-// Returns the number of ids acked. Complexity: O(n log N) for n ids.
+// Returns {ids acked, ids gone}. Complexity: O(n log N) for n ids.
 var ackScript = redis.NewScript(`
 local k = tonumber(ARGV[1])
 local a = 2 + 2 * k
-local total = 0
+local total, gone = 0, 0
 for j = 1, #KEYS, 4 do
   local n = tonumber(ARGV[a])
   local ids = {}
@@ -375,7 +383,11 @@ for j = 1, #KEYS, 4 do
   local acked = {}
   for i = 1, n do
     local s, t = scores[i], ARGV[a + 2 * i]
-    if s and (s == t or tonumber(s) == tonumber(t)) then acked[#acked + 1] = ids[i] end
+    if s and (s == t or tonumber(s) == tonumber(t)) then
+      acked[#acked + 1] = ids[i]
+    elseif redis.call('HEXISTS', KEYS[j], ids[i]) == 0 then
+      gone = gone + 1
+    end
   end
   if #acked > 0 then
     local m = redis.call('ZREM', KEYS[j + 1], unpack(acked))
@@ -387,7 +399,7 @@ for j = 1, #KEYS, 4 do
   a = a + 1 + 2 * n
 end
 for c = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * c], ARGV[3 + 2 * c]) end
-return total
+return {total, gone}
 `)
 
 // releaseScript gives a lease back early, after a publish failed: due
@@ -991,7 +1003,7 @@ return ids
 
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{heartbeatScript,
-	enqueueScript, enqueueManyScript, claimScript, ackScript, releaseScript, deadLetterScript,
+	enqueueScript, enqueueManyScript, claimScript, unclaimScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,

@@ -124,9 +124,10 @@ func (s *Store) Claim(ctx context.Context, i, k int, lease time.Duration) (Claim
 // Each claim is still its own atomic script call of at most k messages;
 // the pipeline only saves round trips and syscalls, on both sides. A shard
 // may appear more than once. On a lost connection, claims that ran but
-// whose replies were lost stay leased and come back when the lease expires.
+// whose replies were lost stay leased and come back when the lease
+// expires; ClaimFor recovers them sooner.
 func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time.Duration) ([]ClaimResult, []error) {
-	return s.ClaimHolding(ctx, shards, k, lease, nil)
+	return s.ClaimFor(ctx, nil, shards, k, lease, nil)
 }
 
 // ClaimHolding is ClaimShards in a namespace with topics under flow
@@ -135,6 +136,15 @@ func (s *Store) ClaimShards(ctx context.Context, shards []int, k int, lease time
 // the others, so that a topic that waits never blocks the messages behind
 // it. With no topics it is ClaimShards, at the same cost.
 func (s *Store) ClaimHolding(ctx context.Context, shards []int, k int, lease time.Duration, topics []string) ([]ClaimResult, []error) {
+	return s.ClaimFor(ctx, nil, shards, k, lease, topics)
+}
+
+// ClaimFor is ClaimHolding for claimant c: each claim that leases
+// something leaves a receipt, and a claim whose reply is lost leaves c a
+// Receipt, which Recover presents once Redis answers again (receipts.go).
+// A nil c claims as ClaimHolding. Claims are never sent twice by the Redis
+// client: a failed one is the caller's to retry.
+func (s *Store) ClaimFor(ctx context.Context, c *Claimant, shards []int, k int, lease time.Duration, topics []string) ([]ClaimResult, []error) {
 	res, errs := make([]ClaimResult, len(shards)), make([]error, len(shards))
 	if k < 1 {
 		for j, i := range shards {
@@ -142,24 +152,41 @@ func (s *Store) ClaimHolding(ctx context.Context, shards []int, k int, lease tim
 		}
 		return res, errs
 	}
+	var rkeys, nonces []string
+	if c != nil {
+		rkeys, nonces = receiptsFor(s.ns, c, shards)
+	}
 	calls := make([]call, len(shards))
 	for j, i := range shards {
 		ks := ShardKeys(s.ns, i)
 		if len(topics) == 0 {
-			calls[j] = call{claimScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}, []any{k, lease.Milliseconds(), MaxReap, k + 1}}
+			keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
+			args := []any{k, lease.Milliseconds(), MaxReap, k + 1}
+			if c != nil {
+				keys, args = append(keys, rkeys[j]), append(args, nonces[j])
+			}
+			calls[j] = call{script: claimScript, keys: keys, args: args}
 			continue
 		}
-		keys := append(make([]string, 0, 4+len(topics)), ks.Due, ks.Msg, ks.Inflight, ks.Attempts)
-		args := append(make([]any, 0, 5+len(topics)), k, lease.Milliseconds(), MaxReap, maxHoldPerClaim, len(topics))
+		keys := append(make([]string, 0, 5+len(topics)), ks.Due, ks.Msg, ks.Inflight, ks.Attempts)
+		args := append(make([]any, 0, 6+len(topics)), k, lease.Milliseconds(), MaxReap, maxHoldPerClaim, len(topics))
 		for _, t := range topics {
 			keys, args = append(keys, HeldKey(s.ns, i, t)), append(args, t)
 		}
-		calls[j] = call{claimHoldScript, keys, args}
+		if c != nil {
+			keys, args = append(keys, rkeys[j]), append(args, nonces[j])
+		}
+		calls[j] = call{script: claimHoldScript, keys: keys, args: args}
 	}
-	for j, c := range s.run(ctx, calls...) {
-		v, err := c.Slice()
+	var lost []Receipt
+	until := time.Now().Add(lease)
+	for j, cmd := range s.run(ctx, calls...) {
+		v, err := cmd.Slice()
 		if err != nil {
 			errs[j] = fmt.Errorf("claim shard %d: %w", shards[j], err)
+			if c != nil && lostReply(err) {
+				lost = append(lost, Receipt{Shard: shards[j], key: rkeys[j], nonce: nonces[j], until: until})
+			}
 			continue
 		}
 		if len(topics) == 0 {
@@ -167,6 +194,9 @@ func (s *Store) ClaimHolding(ctx context.Context, shards []int, k int, lease tim
 		} else {
 			res[j], errs[j] = parseClaim(shards[j], v, 5)
 		}
+	}
+	if len(lost) > 0 {
+		c.keep(lost...)
 	}
 	return res, errs
 }
@@ -311,6 +341,19 @@ const (
 // are not in the AckError), but fewer replicas than asked for have it: the
 // messages come back only if the master fails over before they do.
 func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int, error) {
+	acked, _, err := s.ackShards(ctx, leases)
+	return acked, err
+}
+
+// AckResent is AckShards for acks sent again after their call failed,
+// and also returns how many were neither acked nor in Redis any more:
+// gone, most likely because the failed call ran before Redis went away.
+// acked + gone short of the count sent is how many leases were lost.
+func (s *Store) AckResent(ctx context.Context, leases map[int][]Confirmed) (acked, gone int, err error) {
+	return s.ackShards(ctx, leases)
+}
+
+func (s *Store) ackShards(ctx context.Context, leases map[int][]Confirmed) (int, int, error) {
 	_, perShard := s.rdb.(*redis.ClusterClient)
 	type part struct {
 		shard int
@@ -352,16 +395,16 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 	}
 	end()
 	if len(calls) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	total := 0
+	total, gone := 0, 0
 	var failed *AckError
 	var notReplicated error
 	for j, c := range s.run(ctx, calls...) {
-		n, err := c.Int64()
+		v, err := c.Int64Slice()
 		switch {
 		case errors.Is(err, ErrNotReplicated):
-			n, _ = c.Val().(int64) // done on the master
+			v = ackCounts(c.Val()) // done on the master
 			if notReplicated == nil {
 				notReplicated = err
 			}
@@ -379,15 +422,17 @@ func (s *Store) AckShards(ctx context.Context, leases map[int][]Confirmed) (int,
 				failed.Err = fmt.Errorf("ack messages of shard(s) %v: %w", shards, err)
 			}
 		}
-		total += int(n)
+		if len(v) == 2 {
+			total, gone = total+int(v[0]), gone+int(v[1])
+		}
 	}
 	if failed != nil {
-		return total, failed
+		return total, gone, failed
 	}
 	if notReplicated != nil {
-		return total, fmt.Errorf("ack: %w", notReplicated)
+		return total, gone, fmt.Errorf("ack: %w", notReplicated)
 	}
-	return total, nil
+	return total, gone, nil
 }
 
 // AckError is AckShards' error when some of its script calls failed
@@ -787,4 +832,16 @@ func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration) ([]
 		return nil, fmt.Errorf("scanner heartbeat: %w", err)
 	}
 	return v, nil
+}
+
+// ackCounts reads the ack script's reply, {acked, gone}, from a command
+// whose error was set after it ran (ErrNotReplicated).
+func ackCounts(v any) []int64 {
+	a, _ := v.([]any)
+	out := make([]int64, 0, 2)
+	for _, x := range a {
+		n, _ := x.(int64)
+		out = append(out, n)
+	}
+	return out
 }
