@@ -3,6 +3,7 @@ package shard_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
@@ -256,5 +257,35 @@ func TestAckResentTellsGoneFromLost(t *testing.T) {
 	acked, gone, err := b.store.AckResent(b.ctx, map[int][]shard.Confirmed{0: {{Lease: done, Late: -1}, {Lease: lost, Late: -1}}})
 	if err != nil || acked != 0 || gone != 1 {
 		t.Fatalf("ack sent again: acked %d, gone %d, %v; want 0 acked, 1 gone (and 1 lost)", acked, gone, err)
+	}
+}
+
+// An enqueue whose reply was lost is sent again by go-redis; the second
+// run finds its own write and says so, instead of calling the message a
+// duplicate of itself.
+func TestEnqueueSentAgainIsNotItsOwnDuplicate(t *testing.T) {
+	b, d := lossySetup(t, 1)
+	prod := shard.NewProducer(b.store, fixed(1), shard.ProducerOptions{})
+	if _, err := prod.Enqueue(b.ctx, shard.Message{ID: "warm", Topic: "t", Body: []byte("x"), Delay: time.Hour}); err != nil {
+		t.Fatal(err) // the producer's first call checks Redis's settings
+	}
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	d.ran = make(chan struct{})
+	d.armed.Store(true)
+	go func() {
+		for b.rdb.ZScore(context.Background(), ks.Due, "once").Err() != nil {
+			time.Sleep(time.Millisecond)
+		}
+		close(d.ran)
+	}()
+	s, err := prod.Enqueue(b.ctx, shard.Message{ID: "once", Topic: "t", Body: []byte("x"), Delay: time.Hour})
+	if err != nil {
+		t.Fatalf("enqueue whose first reply was lost: %v", err)
+	}
+	if got := b.rdb.ZScore(b.ctx, ks.Due, "once").Val(); int64(got) != s.Due.UnixMilli() {
+		t.Fatalf("told due %v, stored %v", s.Due, got)
+	}
+	if _, err := prod.Enqueue(b.ctx, shard.Message{ID: "once", Topic: "t", Body: []byte("x"), Delay: time.Hour}); !errors.Is(err, shard.ErrDuplicate) {
+		t.Fatalf("a second enqueue of the id: %v, want ErrDuplicate", err)
 	}
 }

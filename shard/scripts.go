@@ -52,7 +52,10 @@ end
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
 // (nothing written), -1 in flight (upsert refused, nothing written), -2
 // shard full (nothing written), -3 a tombstone refuses the id (a cancel
-// came first; nothing written).
+// came first; nothing written), 3 stored already by this very write
+// (the id holds a byte-identical envelope: go-redis sent the call again
+// after the connection broke once Redis had run it; enqueueManyScript
+// says more), with the due time it has.
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
 // the shard's head. A created message counts in counters.enqueued.
 // Complexity: O(log N).
@@ -61,7 +64,9 @@ local id = ARGV[1]
 local due = tonumber(ARGV[4])
 if ARGV[3] == 'delay' then due = now + due end
 local status = 1
-if redis.call('HEXISTS', KEYS[2], id) == 1 then
+local stored = redis.call('HGET', KEYS[2], id)
+if stored then
+  if stored == ARGV[2] then return {3, tonumber(redis.call('ZSCORE', KEYS[1], id) or due)} end
   if ARGV[5] ~= '1' then return {0, 0} end
   if redis.call('ZSCORE', KEYS[3], id) then return {-1, 0} end
   redis.call('HDEL', KEYS[4], id)
