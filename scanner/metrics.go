@@ -31,6 +31,12 @@ type Metrics struct {
 	// away after running it), put back as due at once by their receipts
 	// (shard.Store.Recover) instead of after their lease.
 	Recovered prometheus.Counter
+	// FarPromoted counts far messages moved near by this process's
+	// promotions (scanner/far.go); FarPromotionAhead is, per promoted
+	// bucket, how long before its start it was promoted: near zero or
+	// below means promotion is behind.
+	FarPromoted       prometheus.Counter
+	FarPromotionAhead prometheus.Histogram
 	// EmptyClaims counts claims that found nothing due: another goroutine
 	// or scanner process took the head first, or the head this process
 	// knew was stale. Per message, it is the work that wake-ups waste.
@@ -73,13 +79,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "delayq", Name: name, Help: help})
 	}
 	m := &Metrics{
-		Claimed:            counter("messages_claimed_total", "Messages claimed from Redis."),
-		Published:          counter("messages_published_total", "Messages confirmed by the broker."),
-		Redelivered:        counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
-		Released:           counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
-		Reaped:             counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
-		LostLeases:         counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows)."),
-		Recovered:          counter("claims_recovered_total", "Messages whose claim's reply was lost (Redis went away after running it), put back as due at once instead of after their lease."),
+		Claimed:     counter("messages_claimed_total", "Messages claimed from Redis."),
+		Published:   counter("messages_published_total", "Messages confirmed by the broker."),
+		Redelivered: counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
+		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
+		Reaped:      counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
+		LostLeases:  counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows)."),
+		Recovered:   counter("claims_recovered_total", "Messages whose claim's reply was lost (Redis went away after running it), put back as due at once instead of after their lease."),
+		FarPromoted: counter("far_promoted_total", "Far-future messages this process moved into the due set as their bucket came within the horizon."),
+		FarPromotionAhead: latency("far_promotion_ahead_seconds", "How long before its start each far bucket was promoted (near zero or below: promotion is behind).",
+			[]float64{0, 1, 10, 60, 300, 600, 1200, 1800, 2700, 3600, 7200}),
 		EmptyClaims:        counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
 		Occurrences:        counter("schedule_occurrences_total", "Occurrences of recurring schedules fired to be published (missed ones a policy publishes count when they are fired)."),
 		OccurrencesSkipped: counter("schedule_occurrences_skipped_total", "Missed occurrences of recurring schedules that their policy skipped."),
@@ -104,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.FarPromoted, m.FarPromotionAhead, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
 		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
 	return m
 }

@@ -243,7 +243,7 @@
 // process comes first each interval) are read without a scan of the
 // messages and without a leader; both docs say what they cost.
 //
-// # The far-future tier (designed; not built yet)
+// # The far-future tier (being built)
 //
 // Most of what a busy namespace holds is due far ahead (trial ends,
 // renewals, reminders days out), and today every pending message costs a
@@ -283,35 +283,78 @@
 // (33.9 bytes a record). s2 is the fallback should promotion's CPU matter
 // more than 23 bytes a message.
 //
-// The rules, each one script call in the shard's slot:
+// The rules, each one script call in the shard's slot (farscripts.go has
+// the scripts, far.go their Go side):
 //
-//   - Placement: the enqueue script puts a message far when its bucket
-//     starts at least H after Redis TIME and is not sealed, near otherwise;
-//     an id is never near and far at once (dedupe looks at both), and every
-//     write of a far record takes a new sequence number.
-//   - Promotion, without a leader: any scanner, from a cursor the fleet
-//     shares, finds buckets that start within H, takes a lease on one
-//     (expiring: another scanner takes over after a crash), seals it (no
-//     more appends; enqueues for that time go near), decodes its records in
-//     Go and hands them to a promote script in calls of at most 64: a
-//     record moves to due ZSET + msg hash only when its index entry still
-//     says "<b>:<seq>" (the latest version, not cancelled), so a rerun after
-//     a crash doubles nothing and a stale version never wins. The bucket's
-//     keys go only with the lease still held and every record settled. A
-//     record that does not decode goes to the dead set with its reason.
-//   - Cancel deletes the index entry (O(1)); the record is skipped at
-//     promotion. Upsert and reschedule write a new record and index entry
-//     (the old record becomes garbage). Raced with promotion, each is one
-//     script against the index entry: whichever runs first decides, and the
-//     other sees the message near, or gone.
-//   - Inspect, list, bulk jobs and a topic's profile read a bucket's
-//     records (bounded by the bucket); the namespace's profile and stats use
-//     the per-bucket live counts.
+//   - Settings, per namespace (FarKey, HASH): horizon H (default 1 h: a
+//     bucket is promoted an hour before its first message is due, so a
+//     promotion that stalls has an hour to recover before anything is
+//     late), bucket width W (default 10 min: six buckets an hour, each
+//     promoted in one pass; wider buckets mean fewer keys, narrower ones
+//     less to promote at once) and index slots K per shard (default 4,096).
+//     W and K are fixed once set: changing them would strand index
+//     entries; H may change at any time. Without the settings the tier is
+//     off and nothing below runs.
+//   - The index: fidx:<h> with h = (FNV-1a 64 of the id >> 32) mod K, the
+//     high half, so that it is independent of the shard (the low half
+//     mod M). It stays a listpack while it holds at most
+//     hash-max-listpack-entries (128) ids: a shard holds up to 128 K far
+//     messages at full density, 512 Ki at the defaults, and M shards M
+//     times that (100 M far messages want M >= 192 at K = 4,096). Below
+//     that the index keys cost about 100 bytes each, K of them at most per
+//     shard: 400 KB a shard when the population is small.
+//   - An index entry is live only while its bucket is in fardir: a lookup
+//     that finds "<b>:<seq>" for a bucket that is gone treats the id as
+//     absent and deletes the entry. That is the seam Apache Pulsar's
+//     bucketed index broke at (an index saying "present" for a bucket not
+//     loaded): here the bucket directory, not the index, has the last
+//     word, and a bucket leaves the directory only after promotion.
+//   - Placement: the producer computes the bucket b of the due time by its
+//     own clock and sends the message to the far placement script with
+//     far:<b> among the KEYS; the script computes the due time from Redis
+//     TIME, answers "wrong bucket" with the right b when the two clocks
+//     disagree at a bucket's edge (the producer sends it again), and "near"
+//     when the bucket starts less than H after now or is sealed: the
+//     producer then enqueues it near, as today. So a record never lands in
+//     a bucket that is being promoted, and its due time is always Redis's.
+//     Dedupe: the id must be neither near (msg HASH) nor live far (the
+//     index); an upsert replaces either (a near copy in flight is refused,
+//     as today). Each far write takes a new sequence number from farmeta,
+//     so a replaced record is told from its replacement by the index.
+//     The near enqueue scripts check the index too, when the tier is on
+//     (an upsert near forgets a far copy).
+//   - Promotion, without a leader: each process promotes the shards it
+//     takes the wake-ups of (scanner's affinity), and every shard when the
+//     membership is unknown, every few seconds: a bucket whose start is
+//     within H of now is sealed (farmeta sealed:<b>; placement sends that
+//     time near from then on), its records read back in pages of 256 and
+//     decoded in Go, and handed to the promote script in calls of at most
+//     64 records: a record moves to the due ZSET and msg hash only when
+//     its index entry still says "<b>:<seq>", and the entry is deleted in
+//     the same call. Last, the drop script deletes the bucket's keys and
+//     directory entry. A crash at any line leaves a sealed bucket whose
+//     rerun skips what moved (the index no longer names it): nothing lost,
+//     nothing doubled, and due times are the records' own, so nothing is
+//     early. Two processes promoting one bucket at once (a membership
+//     change) only skip each other's records; a lease (farlease:<b>, SET
+//     NX PX 30 s) keeps that rare.
+//   - A record that does not decode goes to the dead set, with its reason,
+//     when its id can be read and the index still names its bucket; the
+//     rest of its bucket is promoted. One whose id cannot be read is
+//     counted and logged; its index entry, if any, dies with the bucket.
+//   - Cancel deletes the index entry (O(1)); the record stays as garbage
+//     until promotion skips it. Upsert and reschedule write a new record
+//     and entry. Raced with promotion, each is one script against the
+//     index entry: whichever runs first decides, and the other sees the
+//     message near, or gone.
 //
-// Not settled yet: K and its growth, W, H and the promotion margin; the
-// rolling-upgrade order (the tier is to be enabled per namespace, after
-// every scanner can promote). Each is to be measured and written here as it
-// is built.
+// Built so far: settings, placement (Enqueue and Upsert of one message),
+// the near enqueues' check of the index, Cancel, and promotion in the
+// scanners. Not yet: batch placement, compression of sealed blocks
+// (farz), inspect, list, bulk jobs, the profile and stats counting far
+// messages, capacity, schedules, the CLI, HTTP and console, metrics and
+// the upgrade order; until they are, the tier is not turned on by any
+// command, only by Store.EnableFar in tests.
 //
 // # Packages
 //

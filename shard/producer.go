@@ -272,7 +272,7 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 			pm.shard = found[0] // replace it where it is: one atomic script call
 		}
 	}
-	due, err := p.store.enqueue(ctx, pm.shard, pm.enc, upsert, pm.shardCap)
+	due, err := p.store.place(ctx, pm.shard, pm.enc, upsert, pm.shardCap)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -396,7 +396,17 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			calls[c].msgs[j] = preps[i].enc
 		}
 	}
-	for c, cmd := range p.store.enqueueChunks(ctx, calls, upsert) {
+	// Far messages of a batch go near for now (their placement far is one
+	// call per message: Store.place); the near calls still see ids live far.
+	fs, farOn, err := p.store.farSettings(ctx)
+	if err != nil {
+		return res, p.failAll(res, todo, err)
+	}
+	var far *FarSettings
+	if farOn {
+		far = &fs
+	}
+	for c, cmd := range p.store.enqueueChunks(ctx, calls, upsert, far) {
 		chunk := chunks[c]
 		v, err := cmd.Slice()
 		if err == nil && len(v) != 2*len(chunk) {

@@ -48,6 +48,9 @@ end
 //	ARGV[5] "1" to replace an existing scheduled or dead message (upsert)
 //	ARGV[6] wake channel   ARGV[7] shard index
 //	ARGV[8] most messages this shard may hold (scheduled + in flight), 0 = no limit
+//	KEYS[9] fidx:<h> of the id, KEYS[10] fardir, KEYS[11] farmeta: when the
+//	far tier is on (farscripts.go), an id live far is a duplicate, and an
+//	upsert moves it near
 //
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
 // (nothing written), -1 in flight (upsert refused, nothing written), -2
@@ -59,13 +62,18 @@ end
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
 // the shard's head. A created message counts in counters.enqueued.
 // Complexity: O(log N).
-var enqueueScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + `
+var enqueueScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + farPrelude + `
 local id = ARGV[1]
 local due = tonumber(ARGV[4])
 if ARGV[3] == 'delay' then due = now + due end
 local status = 1
 local stored = redis.call('HGET', KEYS[2], id)
-if stored then
+local fb = KEYS[9] and not stored and far_live(KEYS[9], KEYS[10], id)
+if fb then
+  if ARGV[5] ~= '1' then return {0, 0} end
+  far_forget(KEYS[9], KEYS[11], id, fb)
+  status = 2
+elseif stored then
   if stored == ARGV[2] then return {3, tonumber(redis.call('ZSCORE', KEYS[1], id) or due)} end
   if ARGV[5] ~= '1' then return {0, 0} end
   if redis.call('ZSCORE', KEYS[3], id) then return {-1, 0} end
@@ -96,6 +104,9 @@ return {status, due}
 //	ARGV[5] "1" to replace existing scheduled or dead messages (upsert)
 //	then for message j = 1..n, from a = 6 + 4*(j-1):
 //	ARGV[a] id   ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms
+//	KEYS[9] fardir, KEYS[10] farmeta, KEYS[10+j] fidx:<h> of message j:
+//	when the far tier is on, an id live far is a duplicate (0), and an
+//	upsert moves it near (2)
 //
 // Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
 // returns it: 1 created, 2 replaced, 0 duplicate id, -1 in flight (upsert
@@ -119,7 +130,7 @@ return {status, due}
 // "<shard>:<due>" for the new head, as n single enqueues would have for
 // the last of them.
 // Complexity: O(n log N).
-var enqueueManyScript = redis.NewScript(nowMs + cancelledAhead + `
+var enqueueManyScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + `
 -- stored_due is the due time of a message stored already, or what this
 -- call computed if it is no longer scheduled (claimed since).
 local function stored_due(id, due)
@@ -139,7 +150,16 @@ for j = 1, n do
   local due = tonumber(ARGV[a + 3])
   if ARGV[a + 2] == 'delay' then due = now + due end
   local status = 1
-  if upsert and redis.call('HEXISTS', KEYS[2], id) == 1 then
+  local fb = KEYS[9] and far_live(KEYS[10 + j], KEYS[9], id)
+  if fb then
+    status = 0
+    if upsert then
+      far_forget(KEYS[10 + j], KEYS[10], id, fb)
+      redis.call('HSET', KEYS[2], id, ARGV[a + 1])
+      redis.call('ZADD', KEYS[1], due, id)
+      status = 2
+    end
+  elseif upsert and redis.call('HEXISTS', KEYS[2], id) == 1 then
     if not seen[id] and redis.call('HGET', KEYS[2], id) == ARGV[a + 1] then
       status, due = 3, stored_due(id, due)
     elseif redis.call('ZSCORE', KEYS[3], id) then
@@ -473,15 +493,18 @@ return 1
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
 //	KEYS[5] cancelled ZSET (tombstones)
+//	KEYS[6] fidx:<h> of the id, KEYS[7] fardir, KEYS[8] farmeta: when the
+//	far tier is on, a message live far is cancelled there (farCancel)
 //	ARGV[1] id   ARGV[2] tombstone ms: when > 0 and nothing is scheduled,
 //	refuse enqueues of id for that long (the key expires with its last
 //	tombstone, and up to 16 expired ones are removed)
 //
 // Returns 1 cancelled, 0 not scheduled here (tombstone written if asked),
 // -1 in flight (too late to cancel; no tombstone). Complexity: O(log N).
-var cancelScript = redis.NewScript(nowMs + `
+var cancelScript = redis.NewScript(nowMs + farPrelude + farCancel + `
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  if far_cancel(ARGV[1]) then return 1 end
   local window = tonumber(ARGV[2])
   if window > 0 then
     redis.call('ZADD', KEYS[5], now + window, ARGV[1])
@@ -1008,7 +1031,7 @@ return ids
 
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{heartbeatScript,
-	enqueueScript, enqueueManyScript, claimScript, unclaimScript, ackScript, releaseScript, deadLetterScript,
+	enqueueScript, enqueueManyScript, claimScript, unclaimScript, farPlaceScript, farSealScript, farPromoteScript, farDropScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,

@@ -16,6 +16,7 @@ type Store struct {
 	rdb  redis.UniversalClient
 	ns   string
 	wake string
+	far  *farCache // the far tier's settings, shared by copies (far.go)
 
 	replicas       int           // WithReplicas
 	replicaTimeout time.Duration // WithReplicas
@@ -40,7 +41,7 @@ func NewStore(rdb redis.UniversalClient, ns string) (*Store, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, ns: ns, wake: WakeChannel(ns)}, nil
+	return &Store{rdb: rdb, ns: ns, wake: WakeChannel(ns), far: &farCache{}}, nil
 }
 
 // ValidateNamespace checks a namespace name.
@@ -505,14 +506,18 @@ func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (
 
 // enqueue runs the enqueue script for one message of shard i and returns
 // its due time, or ErrDuplicate, ErrInFlight, ErrCapacity.
-func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int) (int64, error) {
+// With far settings (the far tier is on), an id live far counts too.
+func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, far *FarSettings) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	up := "0"
 	if upsert {
 		up = "1"
 	}
-	return enqueueStatus(s.run1(ctx, enqueueScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled},
-		m.id, m.env, m.mode, m.ms, up, s.wake, i, shardCap).Slice())
+	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled}
+	if far != nil {
+		keys = append(keys, s.farNearKeys(i, m.id, far)...)
+	}
+	return enqueueStatus(s.run1(ctx, enqueueScript, keys, m.id, m.env, m.mode, m.ms, up, s.wake, i, shardCap).Slice())
 }
 
 // encodedMessage is one message as the enqueue scripts take it: its id,
@@ -534,7 +539,8 @@ type enqueueChunk struct {
 
 // enqueueChunks runs one enqueueManyScript call per chunk, in one round
 // trip; a command per chunk.
-func (s *Store) enqueueChunks(ctx context.Context, chunks []enqueueChunk, upsert bool) []*redis.Cmd {
+// With far settings (the far tier is on), ids live far count too.
+func (s *Store) enqueueChunks(ctx context.Context, chunks []enqueueChunk, upsert bool, far *FarSettings) []*redis.Cmd {
 	up := "0"
 	if upsert {
 		up = "1"
@@ -547,7 +553,15 @@ func (s *Store) enqueueChunks(ctx context.Context, chunks []enqueueChunk, upsert
 		for _, m := range ch.msgs {
 			args = append(args, m.id, m.env, m.mode, m.ms)
 		}
-		calls[c] = call{enqueueManyScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled}, args}
+		keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled}
+		if far != nil {
+			fk := farKeysOf(s.ns, ch.shard)
+			keys = append(keys, fk.dir(), fk.meta())
+			for _, m := range ch.msgs {
+				keys = append(keys, fk.index(m.id, far.IndexSlots))
+			}
+		}
+		calls[c] = call{enqueueManyScript, keys, args}
 	}
 	return s.run(ctx, calls...)
 }
@@ -598,8 +612,15 @@ func (s *Store) Cancel(ctx context.Context, i int, id string) error {
 // tombstone when window <= 0 or the message is in flight.
 func (s *Store) CancelAhead(ctx context.Context, i int, id string, window time.Duration) error {
 	ks := ShardKeys(s.ns, i)
-	n, err := s.run1(ctx, cancelScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Cancelled},
-		id, max(window.Milliseconds(), 0)).Int()
+	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Cancelled}
+	fs, on, err := s.farSettings(ctx)
+	if err != nil {
+		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
+	}
+	if on {
+		keys = append(keys, s.farNearKeys(i, id, &fs)...)
+	}
+	n, err := s.run1(ctx, cancelScript, keys, id, max(window.Milliseconds(), 0)).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)

@@ -1,0 +1,204 @@
+package shard_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// farSetup is setup (one shard) with the far tier on at once: a horizon
+// of 3 s and buckets of 1 s, so that tests compress hours into seconds.
+func farSetup(t *testing.T) *bundle {
+	t.Helper()
+	b := setup(t, 1)
+	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: 3 * time.Second, BucketWidth: time.Second, IndexSlots: 16, Since: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// farRecords decodes every record of shard 0's far buckets.
+func farRecords(t *testing.T, b *bundle) map[string]shard.FarRecord {
+	t.Helper()
+	ns := b.store.Namespace()
+	out := map[string]shard.FarRecord{}
+	bs, err := b.rdb.ZRangeWithScores(b.ctx, shard.FarDirKey(ns, 0), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, z := range bs {
+		bk, _ := strconv.ParseInt(z.Member.(string), 10, 64)
+		recs, err := b.rdb.LRange(b.ctx, shard.FarBucketKey(ns, 0, bk), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range recs {
+			rs, bad := shard.DecodeFarRecords([]byte(raw), int64(z.Score))
+			if len(bad) > 0 || len(rs) != 1 {
+				t.Fatalf("a record the placement script wrote does not decode: %v", bad)
+			}
+			out[rs[0].ID] = rs[0]
+		}
+	}
+	return out
+}
+
+// A message due beyond the horizon waits in its bucket, not in the due
+// set; its id is taken (enqueue, batch) and can be replaced or cancelled
+// there; once its bucket comes within the horizon the promoter moves what
+// is live into the due set at its own due time, and nothing else.
+func TestFarMessageWaitsFarThenIsPromoted(t *testing.T) {
+	b := farSetup(t)
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	near := b.enqueue(t, "near", time.Second)
+	f1 := b.enqueue(t, "f1", 6*time.Second)
+	b.enqueue(t, "f2", 6500*time.Millisecond)
+	b.enqueue(t, "f3", 7*time.Second)
+	if b.rdb.ZScore(b.ctx, ks.Due, "near").Val() != float64(near.Due.UnixMilli()) {
+		t.Fatal("a message within the horizon is not in the due set")
+	}
+	for _, id := range []string{"f1", "f2", "f3"} {
+		if b.rdb.ZScore(b.ctx, ks.Due, id).Err() == nil || b.rdb.HExists(b.ctx, ks.Msg, id).Val() {
+			t.Fatalf("%s, due beyond the horizon, is near", id)
+		}
+	}
+	recs := farRecords(t, b)
+	if r, ok := recs["f1"]; !ok || r.DueMs != f1.Due.UnixMilli() {
+		t.Fatalf("f1's record: %+v, want due %d", r, f1.Due.UnixMilli())
+	}
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "f1", Topic: "t", Body: []byte("again"), Delay: time.Minute}); !errors.Is(err, shard.ErrDuplicate) {
+		t.Fatalf("enqueue of an id waiting far: %v, want ErrDuplicate", err)
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, []shard.Message{{ID: "f1", Topic: "t", Body: []byte("x"), Delay: time.Second}})
+	if err != nil || !errors.Is(res[0].Err, shard.ErrDuplicate) {
+		t.Fatalf("batch enqueue near of an id waiting far: %v, %v; want ErrDuplicate", err, res[0].Err)
+	}
+	if _, err := b.prod.Upsert(b.ctx, shard.Message{ID: "f2", Topic: "t", Body: []byte("v2"), Delay: 6500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.prod.Cancel(b.ctx, "f3"); err != nil {
+		t.Fatalf("cancel of a far message: %v", err)
+	}
+	if err := b.prod.Cancel(b.ctx, "f3"); !errors.Is(err, shard.ErrNotFound) {
+		t.Fatalf("second cancel: %v, want ErrNotFound", err)
+	}
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "2" {
+		t.Fatalf("live far messages %s, want 2", live)
+	}
+
+	// Promotion: once the buckets start within the horizon.
+	var moved int
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		p, err := b.store.PromoteDue(b.ctx, 0, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved += p.Moved
+		return b.rdb.ZCard(b.ctx, shard.FarDirKey(b.store.Namespace(), 0)).Val() == 0
+	}, func() string { return "far buckets left" })
+	if moved != 2 {
+		t.Fatalf("promoted %d, want 2 (f1 and f2's replacement)", moved)
+	}
+	if got := b.rdb.ZScore(b.ctx, ks.Due, "f1").Val(); got != float64(f1.Due.UnixMilli()) {
+		t.Fatalf("f1 promoted due %v, want %d", got, f1.Due.UnixMilli())
+	}
+	env, err := shard.DecodeEnvelope([]byte(b.rdb.HGet(b.ctx, ks.Msg, "f2").Val()))
+	if err != nil || string(env.Body) != "v2" {
+		t.Fatalf("f2 promoted with body %q (%v), want the upserted v2", env.Body, err)
+	}
+	if b.rdb.ZScore(b.ctx, ks.Due, "f3").Err() == nil {
+		t.Fatal("a cancelled far message was promoted")
+	}
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "0" {
+		t.Fatalf("live far messages %s after promotion, want 0", live)
+	}
+	// Near now: an enqueue of the id is a duplicate there.
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "f1", Topic: "t", Body: []byte("x"), Delay: time.Minute}); !errors.Is(err, shard.ErrDuplicate) {
+		t.Fatalf("enqueue of a promoted id: %v, want ErrDuplicate", err)
+	}
+}
+
+// A promote call made again (a promoter that crashed after it, and the
+// next one) moves nothing twice; a message cancelled between the two is
+// not brought back.
+func TestFarPromotionRerunDoublesNothing(t *testing.T) {
+	b := farSetup(t)
+	ns := b.store.Namespace()
+	at := time.Now().Add(10 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Body: []byte(id), At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bk := at.UnixMilli() / 1000
+	raw := b.rdb.LRange(b.ctx, shard.FarBucketKey(ns, 0, bk), 0, -1).Val()
+	if len(raw) != 3 {
+		t.Fatalf("%d records in bucket %d, want 3", len(raw), bk)
+	}
+	if err := b.prod.Cancel(b.ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.store.PromoteRecords(b.ctx, 0, bk, raw)
+	if err != nil || p.Moved != 2 || p.Skipped != 1 {
+		t.Fatalf("first promote: %+v, %v; want 2 moved, 1 skipped (cancelled)", p, err)
+	}
+	p, err = b.store.PromoteRecords(b.ctx, 0, bk, raw)
+	if err != nil || p.Moved != 0 || p.Skipped != 3 {
+		t.Fatalf("promote again: %+v, %v; want nothing moved", p, err)
+	}
+	ks := shard.ShardKeys(ns, 0)
+	if n := b.rdb.ZCard(b.ctx, ks.Due).Val(); n != 2 {
+		t.Fatalf("%d due, want 2", n)
+	}
+	// Sealed: an enqueue for that time now goes near.
+	s, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "d", Topic: "t", Body: []byte("d"), At: at})
+	if err != nil || b.rdb.ZScore(b.ctx, ks.Due, "d").Val() != float64(s.Due.UnixMilli()) {
+		t.Fatalf("an enqueue into a sealed bucket: %v; want it near", err)
+	}
+}
+
+// A record that does not decode goes to the dead set with its reason;
+// the rest of its bucket is promoted.
+func TestFarCorruptRecordIsDeadTheRestPromoted(t *testing.T) {
+	b := farSetup(t)
+	ns := b.store.Namespace()
+	at := time.Now().Add(10 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+	for _, id := range []string{"ok1", "ok2"} {
+		if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Body: []byte(id), At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bk := at.UnixMilli() / 1000
+	// A record whose id reads and whose due offset does not (a varint
+	// that never ends), indexed as a live record of the bucket.
+	body := append(binary.AppendUvarint(nil, 3), "bad"...)
+	body = append(body, 0xff, 0xff)
+	bad := append(binary.AppendUvarint(nil, uint64(len(body))), body...)
+	must(t, b.rdb.RPush(b.ctx, shard.FarBucketKey(ns, 0, bk), bad).Err())
+	must(t, b.rdb.HSet(b.ctx, shard.FarIndexKey(ns, 0, "bad", 16), "bad", strconv.FormatInt(bk, 10)+":99").Err())
+	raw := b.rdb.LRange(b.ctx, shard.FarBucketKey(ns, 0, bk), 0, -1).Val()
+	p, err := b.store.PromoteRecords(b.ctx, 0, bk, raw)
+	if err != nil || p.Moved != 2 || p.Dead != 1 {
+		t.Fatalf("promote: %+v, %v; want 2 moved, 1 dead", p, err)
+	}
+	ks := shard.ShardKeys(ns, 0)
+	if why := b.rdb.HGet(b.ctx, ks.Reason, "bad").Val(); !strings.HasPrefix(why, "corrupt far record") {
+		t.Fatalf("dead reason %q", why)
+	}
+	if b.rdb.ZScore(b.ctx, ks.Dead, "bad").Err() != nil {
+		t.Fatal("the corrupt record is not in the dead set")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,268 @@
+package shard
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts of the far-future tier (doc.go, "The far-future tier"; far.go
+// runs them). Every key of a call is in one shard's slot: a far bucket
+// far:<b>, the shard's bucket directory fardir and farmeta, and the index
+// keys fidx:<h> of the ids concerned.
+
+// farPrelude is shared by the far scripts and by the near scripts that
+// must see far messages (enqueue, cancel):
+//
+//   - far_live(idx, dir, id): the live index entry of id, as its bucket
+//     and sequence (strings), or nil. An entry whose bucket is no longer
+//     in the directory is deleted and counts as absent: the directory,
+//     not the index, says what exists.
+//   - far_forget(idx, meta, id, b): delete id's entry of bucket b, and
+//     count it out of the shard's and the bucket's live counts.
+//   - far_record(id, offset, seq, env): a record as AppendFarRecord
+//     writes it (farrecord.go), for RPUSH.
+//   - far_parse(rec): id, due offset, sequence and envelope of a record,
+//     or nil.
+const farPrelude = `
+local function far_live(idx, dir, id)
+  local v = redis.call('HGET', idx, id)
+  if not v then return nil end
+  local b, q = string.match(v, '^(%-?%d+):(%d+)$')
+  if b and redis.call('ZSCORE', dir, b) then return b, q end
+  redis.call('HDEL', idx, id)
+  return nil
+end
+local function far_forget(idx, meta, id, b)
+  redis.call('HDEL', idx, id)
+  redis.call('HINCRBY', meta, 'live', -1)
+  redis.call('HINCRBY', meta, 'live:' .. b, -1)
+end
+local function uvarint(n)
+  local t = {}
+  while n >= 128 do
+    t[#t + 1] = string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  t[#t + 1] = string.char(n)
+  return table.concat(t)
+end
+local function read_uvarint(s, p)
+  local n, mul = 0, 1
+  while p <= #s do
+    local c = string.byte(s, p)
+    n = n + (c % 128) * mul
+    p = p + 1
+    if c < 128 then return n, p end
+    mul = mul * 128
+  end
+  return nil, p
+end
+local function far_record(id, off, seq, env)
+  local body = uvarint(#id) .. id .. uvarint(off) .. uvarint(seq) .. env
+  return uvarint(#body) .. body
+end
+local function far_parse(rec)
+  local _, p = read_uvarint(rec, 1)
+  if not _ then return nil end
+  local n
+  n, p = read_uvarint(rec, p)
+  if not n then return nil end
+  local id = string.sub(rec, p, p + n - 1)
+  p = p + n
+  local off, seq
+  off, p = read_uvarint(rec, p)
+  if not off then return nil end
+  seq, p = read_uvarint(rec, p)
+  if not seq then return nil end
+  return id, off, seq, string.sub(rec, p)
+end
+`
+
+// farPlaceScript puts a message in its far bucket, or says it belongs near.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET
+//	KEYS[4] attempts HASH   KEYS[5] dead ZSET   KEYS[6] reason HASH
+//	KEYS[7] counters HASH   KEYS[8] cancelled ZSET   KEYS[9] fidx:<h> of the id
+//	KEYS[10] fardir ZSET   KEYS[11] farmeta HASH   KEYS[12] far:<b> LIST
+//	ARGV[1] id   ARGV[2] envelope   ARGV[3] "delay" | "at"   ARGV[4] ms
+//	ARGV[5] "1" to replace (upsert)   ARGV[6] b, the bucket of KEYS[12]
+//	ARGV[7] bucket width ms   ARGV[8] horizon ms
+//	ARGV[9] most messages this shard may hold, 0 = no limit
+//	ARGV[10] when the tier started placing (unix ms, Redis clock)
+//
+// The due time is computed from Redis TIME. When it is not in bucket b
+// the reply is {5, its bucket}: nothing written, the caller sends it
+// again with that bucket. When the bucket starts less than the horizon
+// after now, is sealed for promotion, or the tier has not started
+// placing yet, the reply is {4, due}: nothing written, the caller
+// enqueues it near. Otherwise the id is checked as the near enqueue
+// checks it, near and far (a duplicate {0, 0}; an upsert replaces a far
+// copy or a near one that is not in flight, {-1, 0} if it is; a tombstone
+// {-3, 0}; a full shard {-2, 0}, far messages counted), and the record
+// goes to the tail of the bucket with a new sequence number, its index
+// entry naming "<b>:<seq>": {1, due} created, {2, due} replaced, {3, due}
+// stored already by this very write (a live far record of this id in
+// this bucket among its last 16 has the same envelope: go-redis sent the
+// call again after a lost reply; due is the stored one).
+// Complexity: O(1) for the far write, O(log N) for the near checks.
+var farPlaceScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + `
+local id = ARGV[1]
+local due = tonumber(ARGV[4])
+if ARGV[3] == 'delay' then due = now + due end
+local w = tonumber(ARGV[7])
+local b = math.floor(due / w)
+if b ~= tonumber(ARGV[6]) then return {5, b} end
+local start = b * w
+if now < tonumber(ARGV[10]) or start < now + tonumber(ARGV[8]) or redis.call('HEXISTS', KEYS[11], 'sealed:' .. ARGV[6]) == 1 then
+  return {4, due}
+end
+local status = 1
+local fb, fq = far_live(KEYS[9], KEYS[10], id)
+if fb and ARGV[5] ~= '1' then
+  if fb == ARGV[6] then
+    for _, rec in ipairs(redis.call('LRANGE', KEYS[12], '-16', '-1')) do
+      local rid, off, seq, env = far_parse(rec)
+      if rid == id and seq == tonumber(fq) and env == ARGV[2] then return {3, start + off} end
+    end
+  end
+  return {0, 0}
+end
+if fb then
+  far_forget(KEYS[9], KEYS[11], id, fb)
+  status = 2
+elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
+  if ARGV[5] ~= '1' then return {0, 0} end
+  if redis.call('ZSCORE', KEYS[3], id) then return {-1, 0} end
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
+  status = 2
+else
+  if cancelled_ahead(KEYS[8], id) then return {-3, 0} end
+  local cap = tonumber(ARGV[9])
+  if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + (tonumber(redis.call('HGET', KEYS[11], 'live')) or 0) >= cap then
+    return {-2, 0}
+  end
+end
+local seq = redis.call('HINCRBY', KEYS[11], 'seq', 1)
+redis.call('RPUSH', KEYS[12], far_record(id, due - start, seq, ARGV[2]))
+redis.call('HSET', KEYS[9], id, ARGV[6] .. ':' .. seq)
+redis.call('ZADD', KEYS[10], string.format('%d', start), ARGV[6])
+redis.call('HINCRBY', KEYS[11], 'live', 1)
+redis.call('HINCRBY', KEYS[11], 'live:' .. ARGV[6], 1)
+if status == 1 then redis.call('HINCRBY', KEYS[7], 'enqueued', 1) end
+return {status, due}
+`)
+
+// farSealScript seals bucket b for promotion: from now on placement sends
+// its times near, so the records its promoter reads are all it will ever
+// hold.
+//
+//	KEYS[1] fardir ZSET   KEYS[2] farmeta HASH   ARGV[1] b
+//
+// Returns 1 sealed (or sealed already), 0 the bucket does not exist.
+// Complexity: O(1).
+var farSealScript = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[2], 'sealed:' .. ARGV[1], '1')
+return 1
+`)
+
+// farPromoteScript moves records of sealed bucket b into the due ZSET and
+// msg hash, each only while its index entry still names it.
+//
+//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] farmeta HASH
+//	KEYS[4] dead ZSET   KEYS[5] reason HASH   KEYS[6] counters HASH
+//	KEYS[6+j] fidx:<h> of record j
+//	ARGV[1] b   ARGV[2] wake channel   ARGV[3] shard index   ARGV[4] n
+//	then for record j = 1..n, from a = 5 + 5*(j-1): ARGV[a] id
+//	ARGV[a+1] sequence ('' when it did not decode)   ARGV[a+2] due ms
+//	ARGV[a+3] envelope (the record's bytes when it did not decode)
+//	ARGV[a+4] '' or, for a record that did not decode, why
+//
+// A record whose index entry is "<b>:<seq>" goes to the due set at its
+// due time with its envelope, and the entry is deleted: a record replaced
+// (upsert, reschedule) or cancelled since, or moved by an earlier run of
+// this call, is skipped, so a rerun after a crash doubles nothing. An id
+// near already (which placement never allows) keeps its near message.
+// A record that did not decode, whose index entry names bucket b, goes to
+// the dead set with its reason and its bytes as the envelope. Moves are
+// counted out of the live counts; a new head of the due set is announced.
+// Returns {moved, dead}. Complexity: O(n log N).
+var farPromoteScript = redis.NewScript(nowMs + `
+local b = ARGV[1]
+local n = tonumber(ARGV[4])
+local before = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+local moved, dead, gone, first = 0, 0, 0, nil
+for j = 1, n do
+  local a = 5 + 5 * (j - 1)
+  local id, why = ARGV[a], ARGV[a + 4]
+  local idx = KEYS[6 + j]
+  local v = redis.call('HGET', idx, id)
+  local mine
+  if why == '' then
+    mine = v == b .. ':' .. ARGV[a + 1]
+  else
+    mine = v and string.sub(v, 1, #b + 1) == b .. ':'
+  end
+  if mine then
+    redis.call('HDEL', idx, id)
+    gone = gone + 1
+    if redis.call('HEXISTS', KEYS[2], id) == 0 then
+      redis.call('HSET', KEYS[2], id, ARGV[a + 3])
+      if why == '' then
+        local due = tonumber(ARGV[a + 2])
+        redis.call('ZADD', KEYS[1], ARGV[a + 2], id)
+        if not first or due < first then first = due end
+        moved = moved + 1
+      else
+        redis.call('ZADD', KEYS[4], now, id)
+        redis.call('HSET', KEYS[5], id, why)
+        redis.call('HINCRBY', KEYS[6], 'dead', 1)
+        dead = dead + 1
+      end
+    end
+  end
+end
+if gone > 0 then
+  redis.call('HINCRBY', KEYS[3], 'live', -gone)
+  redis.call('HINCRBY', KEYS[3], 'live:' .. b, -gone)
+end
+if first and (before[2] == nil or first < tonumber(before[2])) then
+  redis.call('PUBLISH', ARGV[2], ARGV[3] .. ':' .. string.format('%d', first))
+end
+return {moved, dead}
+`)
+
+// farDropScript deletes sealed bucket b once every record of it was
+// handed to farPromoteScript.
+//
+//	KEYS[1] far:<b> LIST   KEYS[2] fardir ZSET   KEYS[3] farmeta HASH
+//	ARGV[1] b
+//
+// Entries still counted live in b (records whose id could not be read)
+// leave the shard's live count; their index entries, if any, are absent
+// from now on (far_live). Returns that count, or -1 when the bucket is
+// not sealed (nothing deleted). Complexity: O(1) (UNLINK frees the list
+// in the background).
+var farDropScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[3], 'sealed:' .. ARGV[1]) == 0 then return -1 end
+local left = tonumber(redis.call('HGET', KEYS[3], 'live:' .. ARGV[1])) or 0
+redis.call('UNLINK', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], 'sealed:' .. ARGV[1], 'live:' .. ARGV[1])
+if left ~= 0 then redis.call('HINCRBY', KEYS[3], 'live', -left) end
+return left
+`)
+
+// farCancel is the far part of cancelScript (KEYS[6] fidx:<h> of the id,
+// KEYS[7] fardir, KEYS[8] farmeta, when the tier is on): a live far entry
+// is forgotten, which cancels the message (promotion skips its record).
+const farCancel = `
+local function far_cancel(id)
+  if not KEYS[6] then return false end
+  local b = far_live(KEYS[6], KEYS[7], id)
+  if not b then return false end
+  far_forget(KEYS[6], KEYS[8], id, b)
+  return true
+end
+`
