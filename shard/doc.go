@@ -263,9 +263,11 @@
 //	farz:<b>    LIST of the same records compressed, blocks of 256 (zstd)
 //	fidx:<h>    HASH id -> "<b>:<seq>" for the ids whose hash is h mod K:
 //	            listpacks of about 100 ids (K set per namespace)
-//	fardir      ZSET b -> bucket start: the buckets that exist; a sealed
-//	            bucket (promotion under way) is marked in farmeta
-//	farmeta     HASH per bucket: live count, sealed, promotion lease
+//	fardir      ZSET b -> bucket start: the buckets that exist
+//	farmeta     HASH seq (the last sequence number), live (far messages
+//	            of the shard), live:<b> (of bucket b), sealed:<b>
+//	            (promotion under way: no more appends)
+//	farlease:<b> STRING the promoter's lease on bucket b (SET NX PX 30 s)
 //
 // Measured (scripts/memory-layouts.sh, cmd/delayq-bench/README.md,
 // "Memory"): 60 bytes a message with 100-byte JSON bodies and random
@@ -348,9 +350,10 @@
 //     index entry: whichever runs first decides, and the other sees the
 //     message near, or gone.
 //
-// Built so far: settings, placement (Enqueue and Upsert of one message),
-// the near enqueues' check of the index, Cancel, and promotion in the
-// scanners. Not yet: batch placement, compression of sealed blocks
+// Built so far: settings, placement (Enqueue, Upsert and their batches:
+// one farPlaceScript call a far message, pipelined), the near enqueues'
+// check of the index, Cancel, and promotion in the scanners. Not yet: a
+// batch placement script, compression of sealed blocks
 // (farz), inspect, list, bulk jobs, the profile and stats counting far
 // messages, capacity, schedules, the CLI, HTTP and console, metrics and
 // the upgrade order; until they are, the tier is not turned on by any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -210,17 +211,94 @@ func (s *Store) place(ctx context.Context, i int, m encodedMessage, upsert bool,
 	return s.enqueue(ctx, i, m, upsert, shardCap, &fs)
 }
 
-// placeFar runs farPlaceScript for bucket b and returns its status and
-// value.
-func (s *Store) placeFar(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, fs FarSettings, b int64) (int64, int64, error) {
-	ks, fk := ShardKeys(s.ns, i), farKeysOf(s.ns, i)
+// placeFarBatch places far the messages of todo whose bucket looks beyond
+// the horizon by this clock, in one pipelined round trip of
+// farPlaceManyScript calls (by shard, chunked as the near enqueues are),
+// filling in their results, and returns the rest of todo: the messages to
+// enqueue near, with those the scripts sent near (within the horizon by
+// Redis's clock, or in another bucket at a bucket's edge: near is always
+// right, if less compact). Messages whose call failed get the error in
+// their result; the first is also returned.
+func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []prepared, res []BatchResult, todo []int, upsert bool) ([]int, error) {
+	s := p.store
+	w := fs.BucketWidth.Milliseconds()
+	now := time.Now()
+	edge := now.Add(fs.Horizon).UnixMilli() - 1000
+	var nearTodo, farTodo []int
+	bucket := make(map[int]int64, len(todo))
+	for _, i := range todo {
+		m := preps[i].enc
+		due := m.ms
+		if m.mode == "delay" {
+			due += now.UnixMilli()
+		}
+		if b := due / w; b*w >= edge {
+			farTodo = append(farTodo, i)
+			bucket[i] = b
+		} else {
+			nearTodo = append(nearTodo, i)
+		}
+	}
+	if len(farTodo) == 0 {
+		return nearTodo, nil
+	}
 	up := "0"
 	if upsert {
 		up = "1"
 	}
-	v, err := s.run1(ctx, farPlaceScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled,
-		fk.index(m.id, fs.IndexSlots), fk.dir(), fk.meta(), fk.bucket(b)},
-		m.id, m.env, m.mode, m.ms, up, b, fs.BucketWidth.Milliseconds(), fs.Horizon.Milliseconds(), shardCap, fs.Since).Slice()
+	chunks := p.chunks(preps, farTodo)
+	calls := make([]call, len(chunks))
+	for c, chunk := range chunks {
+		first := preps[chunk[0]]
+		ks, fk := ShardKeys(s.ns, first.shard), farKeysOf(s.ns, first.shard)
+		keys := make([]string, 0, 10+2*len(chunk))
+		keys = append(keys, ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled, fk.dir(), fk.meta())
+		args := make([]any, 0, 6+5*len(chunk))
+		args = append(args, len(chunk), w, fs.Horizon.Milliseconds(), first.shardCap, up, fs.Since)
+		for _, i := range chunk {
+			m := preps[i].enc
+			keys = append(keys, fk.index(m.id, fs.IndexSlots), fk.bucket(bucket[i]))
+			args = append(args, m.id, m.env, m.mode, m.ms, bucket[i])
+		}
+		calls[c] = call{farPlaceManyScript, keys, args}
+	}
+	var first error
+	for c, cmd := range s.run(ctx, calls...) {
+		chunk := chunks[c]
+		v, err := cmd.Slice()
+		if err == nil && len(v) != 2*len(chunk) {
+			err = fmt.Errorf("far placement reply of %d fields for %d messages", len(v), len(chunk))
+		}
+		for j, i := range chunk {
+			id := preps[i].enc.id
+			if err != nil {
+				res[i].Err = fmt.Errorf("enqueue %q: %w", id, err)
+				continue
+			}
+			r := reply{v: v, what: "far placement reply"}
+			if st := r.int(2 * j); st == 4 || st == 5 {
+				nearTodo = append(nearTodo, i)
+				continue
+			}
+			due, err := enqueueStatus(v[2*j:2*j+2], r.err)
+			if err != nil {
+				res[i].Err = fmt.Errorf("enqueue %q: %w", id, err)
+				continue
+			}
+			res[i].Due = time.UnixMilli(due)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	slices.Sort(nearTodo)
+	return nearTodo, first
+}
+
+// placeFar runs farPlaceScript for bucket b and returns its status and
+// value.
+func (s *Store) placeFar(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, fs FarSettings, b int64) (int64, int64, error) {
+	v, err := s.run(ctx, s.placeFarCall(i, m, upsert, shardCap, fs, b))[0].Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -230,6 +308,18 @@ func (s *Store) placeFar(ctx context.Context, i int, m encodedMessage, upsert bo
 	}
 	st, val := r.int(0), r.int(1)
 	return st, val, r.err
+}
+
+// placeFarCall is the farPlaceScript call of m into bucket b of shard i.
+func (s *Store) placeFarCall(i int, m encodedMessage, upsert bool, shardCap int, fs FarSettings, b int64) call {
+	ks, fk := ShardKeys(s.ns, i), farKeysOf(s.ns, i)
+	up := "0"
+	if upsert {
+		up = "1"
+	}
+	return call{farPlaceScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled,
+		fk.index(m.id, fs.IndexSlots), fk.dir(), fk.meta(), fk.bucket(b)},
+		[]any{m.id, m.env, m.mode, m.ms, up, b, fs.BucketWidth.Milliseconds(), fs.Horizon.Milliseconds(), shardCap, fs.Since}}
 }
 
 // farNearKeys are the far keys a near enqueue or cancel of id in shard i

@@ -202,3 +202,92 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A batch places far what is beyond the horizon and near the rest, in
+// one round trip each; ids are checked across both.
+func TestFarBatchPlacesBoth(t *testing.T) {
+	b := farSetup(t)
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	var msgs []shard.Message
+	for j := range 100 {
+		msgs = append(msgs, shard.Message{ID: "far-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: time.Minute + time.Duration(j)*time.Second})
+	}
+	for j := range 10 {
+		msgs = append(msgs, shard.Message{ID: "near-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: time.Second})
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil || r.Due.IsZero() {
+			t.Fatalf("%s: %v (due %v)", r.ID, r.Err, r.Due)
+		}
+	}
+	if n := len(farRecords(t, b)); n != 100 {
+		t.Fatalf("%d far records, want 100", n)
+	}
+	if n := b.rdb.ZCard(b.ctx, ks.Due).Val(); n != 10 {
+		t.Fatalf("%d near, want 10", n)
+	}
+	res, err = b.prod.EnqueueBatch(b.ctx, []shard.Message{msgs[0], msgs[100]})
+	if err != nil || !errors.Is(res[0].Err, shard.ErrDuplicate) || !errors.Is(res[1].Err, shard.ErrDuplicate) {
+		t.Fatalf("a batch again: %v, %v, %v; want both duplicates", err, res[0].Err, res[1].Err)
+	}
+	// Upserting a far message to near, and a near one to far.
+	msgs[0].Delay, msgs[100].Delay = time.Second, time.Hour
+	res, err = b.prod.UpsertBatch(b.ctx, []shard.Message{msgs[0], msgs[100]})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("upsert batch: %v, %v, %v", err, res[0].Err, res[1].Err)
+	}
+	recs := farRecords(t, b)
+	if b.rdb.ZScore(b.ctx, ks.Due, "far-0").Err() != nil || b.rdb.ZScore(b.ctx, ks.Due, "near-0").Err() == nil {
+		t.Fatal("upserts did not move far-0 near and near-0 far")
+	}
+	if r, ok := recs["near-0"]; !ok || r.DueMs != res[1].Due.UnixMilli() {
+		t.Fatalf("near-0's far record %+v, want due %v", r, res[1].Due)
+	}
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "100" {
+		t.Fatalf("live far %s, want 100", live)
+	}
+}
+
+// Records written by the placement script decode with the Go codec for
+// every length of varint: due offsets up to a 10-minute bucket's width,
+// sequence numbers past 2^32.
+func TestFarRecordsFromLuaDecode(t *testing.T) {
+	b := setup(t, 1)
+	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: 10 * time.Minute, BucketWidth: 10 * time.Minute, IndexSlots: 16, Since: 1}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.rdb.HSet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "seq", "4294967000").Err())
+	start := time.Now().Add(24 * time.Hour).Truncate(10 * time.Minute)
+	want := map[string]int64{}
+	var msgs []shard.Message
+	for j, off := range []time.Duration{0, time.Millisecond, 127 * time.Millisecond, 128 * time.Millisecond, 16383 * time.Millisecond,
+		16384 * time.Millisecond, 2097151 * time.Millisecond, 10*time.Minute - time.Millisecond} {
+		if off >= 10*time.Minute {
+			continue
+		}
+		id := "v" + strconv.Itoa(j) + strings.Repeat("i", j*20) // ids up to 150 bytes: two-byte lengths
+		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Body: []byte(strings.Repeat("b", j*40)), At: start.Add(off)})
+		want[id] = start.Add(off).UnixMilli()
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		must(t, r.Err)
+	}
+	recs := farRecords(t, b)
+	for id, due := range want {
+		r, ok := recs[id]
+		if !ok || r.DueMs != due || r.Seq <= 4294967000 {
+			t.Errorf("%s: record %+v, want due %d and a sequence past 2^32", id, r, due)
+		}
+		if env, err := shard.DecodeEnvelope(r.Envelope); err != nil || len(env.Body) == 0 && id != "v0" {
+			t.Errorf("%s: envelope %v", id, err)
+		}
+	}
+}

@@ -35,6 +35,9 @@ local function far_forget(idx, meta, id, b)
   redis.call('HINCRBY', meta, 'live:' .. b, -1)
 end
 local function uvarint(n)
+  if n < 128 then return string.char(n) end
+  if n < 16384 then return string.char(n % 128 + 128, math.floor(n / 128)) end
+  if n < 2097152 then return string.char(n % 128 + 128, math.floor(n / 128) % 128 + 128, math.floor(n / 16384)) end
   local t = {}
   while n >= 128 do
     t[#t + 1] = string.char(n % 128 + 128)
@@ -55,8 +58,8 @@ local function read_uvarint(s, p)
   return nil, p
 end
 local function far_record(id, off, seq, env)
-  local body = uvarint(#id) .. id .. uvarint(off) .. uvarint(seq) .. env
-  return uvarint(#body) .. body
+  local l, o, q = uvarint(#id), uvarint(off), uvarint(seq)
+  return uvarint(#l + #id + #o + #q + #env) .. l .. id .. o .. q .. env
 end
 local function far_parse(rec)
   local _, p = read_uvarint(rec, 1)
@@ -72,6 +75,113 @@ local function far_parse(rec)
   seq, p = read_uvarint(rec, p)
   if not seq then return nil end
   return id, off, seq, string.sub(rec, p)
+end
+`
+
+// farPlace is the placement of messages of one shard (farPlaceScript
+// says what it does and returns), with KEYS[1..8] the shard's near keys as
+// the enqueue script has them. A call's writes are gathered: the records
+// of a bucket go in one RPUSH, the counts and directory entries once a
+// call, the near check of every id in one HMGET, and the index entry of
+// a new id is written by the HSETNX that checks it; what is left per
+// message is that HSETNX (BenchmarkEnqueue's far rows):
+//
+//   - far_begin(dir, meta, n, w, h, cap, since, ids): the state of a call
+//     that places the n messages ids. It takes n sequence numbers at once,
+//     and reads the tombstones' existence and the shard's count once.
+//   - far_place(st, j, idx, bucket, id, env, mode, ms, b, upsert): message
+//     j; returns status and value.
+//   - far_end(st): the records, counts and directory entries, written.
+const farPlace = `
+local function far_begin(dir, meta, n, w, h, cap, since, ids)
+  local st = {dir = dir, meta = meta, w = w, h = h, cap = cap, since = since,
+    seq = redis.call('HINCRBY', meta, 'seq', n) - n, tombs = redis.call('EXISTS', KEYS[8]) == 1,
+    near = redis.call('HMGET', KEYS[2], unpack(ids)),
+    sealed = {}, starts = {}, push = {}, live = {}, nlive = 0, created = 0, held = 0}
+  if cap > 0 then
+    st.held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + (tonumber(redis.call('HGET', meta, 'live')) or 0)
+  end
+  return st
+end
+-- far_live of this call: a bucket it created is live before far_end
+-- writes its directory entry.
+local function far_live_st(st, idx, id)
+  local v = redis.call('HGET', idx, id)
+  if not v then return nil end
+  local b, q = string.match(v, '^(%-?%d+):(%d+)$')
+  if b and (st.starts[b] or redis.call('ZSCORE', st.dir, b)) then return b, q end
+  redis.call('HDEL', idx, id)
+  return nil
+end
+local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
+  local due = tonumber(ms)
+  if mode == 'delay' then due = now + due end
+  local b = math.floor(due / st.w)
+  if b ~= tonumber(bs) then return 5, b end
+  local start = b * st.w
+  if now < st.since or start < now + st.h then return 4, due end
+  local sealed = st.sealed[bs]
+  if sealed == nil then
+    sealed = redis.call('HEXISTS', st.meta, 'sealed:' .. bs) == 1
+    st.sealed[bs] = sealed
+  end
+  if sealed then return 4, due end
+  local status = 1
+  if st.near[j] and redis.call('HEXISTS', KEYS[2], id) == 1 then
+    if not upsert then return 0, 0 end
+    if redis.call('ZSCORE', KEYS[3], id) then return -1, 0 end
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('ZREM', KEYS[5], id)
+    redis.call('HDEL', KEYS[6], id)
+    status = 2
+  end
+  local val = bs .. ':' .. (st.seq + 1)
+  if redis.call('HSETNX', idx, id, val) == 0 then
+    local fb, fq = far_live_st(st, idx, id)
+    if fb and not upsert then
+      if fb == bs then
+        for _, rec in ipairs(redis.call('LRANGE', bucket, '-16', '-1')) do
+          local rid, off, seq, renv = far_parse(rec)
+          if rid == id and seq == tonumber(fq) and renv == env then return 3, start + off end
+        end
+      end
+      return 0, 0
+    end
+    if fb then
+      far_forget(idx, st.meta, id, fb)
+      status = 2
+    end
+    redis.call('HSET', idx, id, val)
+  end
+  if status == 1 then
+    if st.tombs and cancelled_ahead(KEYS[8], id) then
+      redis.call('HDEL', idx, id)
+      return -3, 0
+    end
+    if st.cap > 0 and st.held >= st.cap then
+      redis.call('HDEL', idx, id)
+      return -2, 0
+    end
+    st.held = st.held + 1
+    st.created = st.created + 1
+  end
+  st.seq = st.seq + 1
+  local p = st.push[bucket]
+  if not p then p = {} st.push[bucket] = p end
+  p[#p + 1] = far_record(id, due - start, st.seq, env)
+  st.starts[bs] = start
+  st.live[bs] = (st.live[bs] or 0) + 1
+  st.nlive = st.nlive + 1
+  return status, due
+end
+local function far_end(st)
+  for key, recs in pairs(st.push) do redis.call('RPUSH', key, unpack(recs)) end
+  for bs, start in pairs(st.starts) do redis.call('ZADD', st.dir, string.format('%d', start), bs) end
+  for bs, n in pairs(st.live) do redis.call('HINCRBY', st.meta, 'live:' .. bs, n) end
+  if st.nlive > 0 then redis.call('HINCRBY', st.meta, 'live', st.nlive) end
+  if st.created > 0 then redis.call('HINCRBY', KEYS[7], 'enqueued', st.created) end
 end
 `
 
@@ -102,55 +212,41 @@ end
 // this bucket among its last 16 has the same envelope: go-redis sent the
 // call again after a lost reply; due is the stored one).
 // Complexity: O(1) for the far write, O(log N) for the near checks.
-var farPlaceScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + `
-local id = ARGV[1]
-local due = tonumber(ARGV[4])
-if ARGV[3] == 'delay' then due = now + due end
-local w = tonumber(ARGV[7])
-local b = math.floor(due / w)
-if b ~= tonumber(ARGV[6]) then return {5, b} end
-local start = b * w
-if now < tonumber(ARGV[10]) or start < now + tonumber(ARGV[8]) or redis.call('HEXISTS', KEYS[11], 'sealed:' .. ARGV[6]) == 1 then
-  return {4, due}
+var farPlaceScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
+local st = far_begin(KEYS[10], KEYS[11], 1, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), {ARGV[1]})
+local status, v = far_place(st, 1, KEYS[9], KEYS[12], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[5] == '1')
+far_end(st)
+return {status, v}
+`)
+
+// farPlaceManyScript is farPlaceScript for several messages of one shard
+// in one call, each in its own bucket: what EnqueueBatch sends.
+//
+//	KEYS[1..8] as farPlaceScript   KEYS[9] fardir   KEYS[10] farmeta
+//	KEYS[9+2j] fidx:<h> of message j   KEYS[10+2j] its far:<b> LIST
+//	ARGV[1] n   ARGV[2] bucket width ms   ARGV[3] horizon ms
+//	ARGV[4] most messages this shard may hold, 0 = no limit
+//	ARGV[5] "1" to replace (upsert)   ARGV[6] when the tier started placing
+//	then for message j = 1..n, from a = 7 + 5*(j-1): ARGV[a] id
+//	ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms   ARGV[a+4] b
+//
+// Returns {status_1, value_1, ...}, each as farPlaceScript returns it.
+// An id given twice is placed twice, the second as its own call would
+// (the producer answers a duplicate within a batch before it sends it).
+// Complexity: O(n log N).
+var farPlaceManyScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
+local n = tonumber(ARGV[1])
+local ids = {}
+for j = 1, n do ids[j] = ARGV[7 + 5 * (j - 1)] end
+local st = far_begin(KEYS[9], KEYS[10], n, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]), ids)
+local upsert = ARGV[5] == '1'
+local out = {}
+for j = 1, n do
+  local a = 7 + 5 * (j - 1)
+  out[2 * j - 1], out[2 * j] = far_place(st, j, KEYS[9 + 2 * j], KEYS[10 + 2 * j], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], upsert)
 end
-local status = 1
-local fb, fq = far_live(KEYS[9], KEYS[10], id)
-if fb and ARGV[5] ~= '1' then
-  if fb == ARGV[6] then
-    for _, rec in ipairs(redis.call('LRANGE', KEYS[12], '-16', '-1')) do
-      local rid, off, seq, env = far_parse(rec)
-      if rid == id and seq == tonumber(fq) and env == ARGV[2] then return {3, start + off} end
-    end
-  end
-  return {0, 0}
-end
-if fb then
-  far_forget(KEYS[9], KEYS[11], id, fb)
-  status = 2
-elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
-  if ARGV[5] ~= '1' then return {0, 0} end
-  if redis.call('ZSCORE', KEYS[3], id) then return {-1, 0} end
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('ZREM', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id)
-  status = 2
-else
-  if cancelled_ahead(KEYS[8], id) then return {-3, 0} end
-  local cap = tonumber(ARGV[9])
-  if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + (tonumber(redis.call('HGET', KEYS[11], 'live')) or 0) >= cap then
-    return {-2, 0}
-  end
-end
-local seq = redis.call('HINCRBY', KEYS[11], 'seq', 1)
-redis.call('RPUSH', KEYS[12], far_record(id, due - start, seq, ARGV[2]))
-redis.call('HSET', KEYS[9], id, ARGV[6] .. ':' .. seq)
-redis.call('ZADD', KEYS[10], string.format('%d', start), ARGV[6])
-redis.call('HINCRBY', KEYS[11], 'live', 1)
-redis.call('HINCRBY', KEYS[11], 'live:' .. ARGV[6], 1)
-if status == 1 then redis.call('HINCRBY', KEYS[7], 'enqueued', 1) end
-return {status, due}
+far_end(st)
+return out
 `)
 
 // farSealScript seals bucket b for promotion: from now on placement sends

@@ -387,6 +387,17 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			return res, p.failAll(res, todo, err)
 		}
 	}
+	fs, farOn, err := p.store.farSettings(ctx)
+	if err != nil {
+		return res, p.failAll(res, todo, err)
+	}
+	var far *FarSettings
+	if farOn {
+		far = &fs
+		if todo, err = p.placeFarBatch(ctx, fs, preps, res, todo, upsert); err != nil && batchErr == nil {
+			batchErr = fmt.Errorf("enqueue batch: %w", err)
+		}
+	}
 	chunks := p.chunks(preps, todo)
 	calls := make([]enqueueChunk, len(chunks))
 	for c, chunk := range chunks {
@@ -395,16 +406,6 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 		for j, i := range chunk {
 			calls[c].msgs[j] = preps[i].enc
 		}
-	}
-	// Far messages of a batch go near for now (their placement far is one
-	// call per message: Store.place); the near calls still see ids live far.
-	fs, farOn, err := p.store.farSettings(ctx)
-	if err != nil {
-		return res, p.failAll(res, todo, err)
-	}
-	var far *FarSettings
-	if farOn {
-		far = &fs
 	}
 	for c, cmd := range p.store.enqueueChunks(ctx, calls, upsert, far) {
 		chunk := chunks[c]
