@@ -5,11 +5,12 @@ import (
 	"time"
 )
 
-// The far-future tier's promoter (shard's doc.go, "The far-future tier").
-// Every farPromoteEvery each process promotes the far buckets, within the
-// horizon, of the shards it takes the wake-ups of (affinity.go; every
-// shard while the membership is unknown), at most farBucketsPerVisit a
-// shard a round. No leader: a bucket's lease keeps two processes off one
+// The far-future tier's promoter and compactor (shard's doc.go, "The
+// far-future tier", and farcompact.go). Every farPromoteEvery each process
+// promotes the far buckets, within the horizon, of the shards it takes the
+// wake-ups of (affinity.go; every shard while the membership is unknown),
+// at most farBucketsPerVisit a shard a round, then compresses up to
+// farBlocksPerVisit blocks of their raw records. No leader: a bucket's lease keeps two processes off one
 // bucket, and promotion is idempotent by id, so a process that dies in
 // the middle leaves the rest to the next round of whoever owns the shard
 // then. With the tier off a round reads nothing from Redis (the store
@@ -22,6 +23,7 @@ import (
 const (
 	farPromoteEvery    = time.Second
 	farBucketsPerVisit = 4
+	farBlocksPerVisit  = 64 // 16,384 records a shard a second: ahead of any producer
 )
 
 // promoteFar runs the promotion rounds until life ends; the Redis calls
@@ -56,6 +58,11 @@ func (s *Scanner) promoteFar(life, workCtx context.Context) {
 			}
 			if err != nil {
 				s.errLog.warn("promote far messages", err)
+			}
+			n, err := s.d.Store.CompactFar(workCtx, i, farBlocksPerVisit)
+			s.d.Metrics.FarCompacted.Add(float64(n))
+			if err != nil {
+				s.errLog.warn("compress far messages", err)
 			}
 		}
 	}

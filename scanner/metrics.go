@@ -37,6 +37,9 @@ type Metrics struct {
 	// below means promotion is behind.
 	FarPromoted       prometheus.Counter
 	FarPromotionAhead prometheus.Histogram
+	// FarCompacted counts the blocks of far records this process
+	// compressed (shard/farcompact.go).
+	FarCompacted prometheus.Counter
 	// EmptyClaims counts claims that found nothing due: another goroutine
 	// or scanner process took the head first, or the head this process
 	// knew was stale. Per message, it is the work that wake-ups waste.
@@ -79,14 +82,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "delayq", Name: name, Help: help})
 	}
 	m := &Metrics{
-		Claimed:     counter("messages_claimed_total", "Messages claimed from Redis."),
-		Published:   counter("messages_published_total", "Messages confirmed by the broker."),
-		Redelivered: counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
-		Released:    counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
-		Reaped:      counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
-		LostLeases:  counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows)."),
-		Recovered:   counter("claims_recovered_total", "Messages whose claim's reply was lost (Redis went away after running it), put back as due at once instead of after their lease."),
-		FarPromoted: counter("far_promoted_total", "Far-future messages this process moved into the due set as their bucket came within the horizon."),
+		Claimed:      counter("messages_claimed_total", "Messages claimed from Redis."),
+		Published:    counter("messages_published_total", "Messages confirmed by the broker."),
+		Redelivered:  counter("messages_redelivered_total", "Messages published with x-delayq-attempt > 1."),
+		Released:     counter("messages_released_total", "Publishes that failed for now; the message is due again shortly."),
+		Reaped:       counter("leases_reaped_total", "Expired leases re-queued by this process's claims."),
+		LostLeases:   counter("leases_lost_total", "Confirmed messages whose lease had expired before the ack (a duplicate follows)."),
+		Recovered:    counter("claims_recovered_total", "Messages whose claim's reply was lost (Redis went away after running it), put back as due at once instead of after their lease."),
+		FarCompacted: counter("far_blocks_compacted_total", "Blocks of 256 far-future records this process compressed."),
+		FarPromoted:  counter("far_promoted_total", "Far-future messages this process moved into the due set as their bucket came within the horizon."),
 		FarPromotionAhead: latency("far_promotion_ahead_seconds", "How long before its start each far bucket was promoted (near zero or below: promotion is behind).",
 			[]float64{0, 1, 10, 60, 300, 600, 1200, 1800, 2700, 3600, 7200}),
 		EmptyClaims:        counter("claims_empty_total", "Claims that found nothing due (another goroutine or process took the head first, or it was stale)."),
@@ -113,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
-	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.FarPromoted, m.FarPromotionAhead, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
+	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.FarPromoted, m.FarPromotionAhead, m.FarCompacted, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
 		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
 	return m
 }

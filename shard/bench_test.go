@@ -229,15 +229,19 @@ func BenchmarkEnqueue(b *testing.B) {
 	// far=true: the namespace's far tier is on and the messages are due a
 	// day ahead, so each goes to its far bucket (farPlaceManyScript).
 	farProd := shard.NewProducer(farStore(b, rdb), fixed(16), shard.ProducerOptions{})
+	// spread=true: due over 60 buckets of 10 minutes, as messages with
+	// varied delays a day out are (the worst case: a bucket's writes are
+	// shared by fewer messages); false: all in one bucket, as messages
+	// with one delay are.
 	for _, c := range []struct {
-		n   int
-		far bool
-	}{{64, false}, {64, true}, {500, false}, {500, true}} {
+		n           int
+		far, spread bool
+	}{{64, false, false}, {64, true, false}, {500, false, false}, {500, true, false}, {500, true, true}} {
 		n, prod, delay := c.n, prod, time.Hour
 		if c.far {
 			prod, delay = farProd, 24*time.Hour
 		}
-		b.Run(fmt.Sprintf("batch=%d/far=%v", n, c.far), func(b *testing.B) {
+		b.Run(fmt.Sprintf("batch=%d/far=%v/spread=%v", n, c.far, c.spread), func(b *testing.B) {
 			b.ReportAllocs()
 			msgs := make([]shard.Message, n)
 			cpu0 := redisCPU(b, rdb)
@@ -245,6 +249,9 @@ func BenchmarkEnqueue(b *testing.B) {
 				seq++
 				for j := range msgs {
 					msgs[j] = shard.Message{ID: fmt.Sprintf("b%d-%d", seq, j), Topic: "t", Body: body, Delay: delay}
+					if c.spread {
+						msgs[j].Delay += time.Duration(j%60) * 10 * time.Minute
+					}
 				}
 				res, err := prod.EnqueueBatch(ctx, msgs)
 				if err != nil {

@@ -25,3 +25,5 @@ func (s *Store) PromoteRecords(ctx context.Context, i int, b int64, raw []string
 func FarIndexKey(ns string, i int, id string, slots int) string {
 	return farKeysOf(ns, i).index(id, slots)
 }
+
+func FarBlocksKey(ns string, i int, b int64) string { return farKeysOf(ns, i).blocks(b) }

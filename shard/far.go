@@ -58,6 +58,8 @@ func (k farKeys) dir() string           { return k.p + "fardir" }
 func (k farKeys) meta() string          { return k.p + "farmeta" }
 func (k farKeys) bucket(b int64) string { return k.p + "far:" + strconv.FormatInt(b, 10) }
 func (k farKeys) lease(b int64) string  { return k.p + "farlease:" + strconv.FormatInt(b, 10) }
+func (k farKeys) blocks(b int64) string { return k.p + "farz:" + strconv.FormatInt(b, 10) }
+func (k farKeys) compact() string       { return k.p + "farcompact" }
 func (k farKeys) index(id string, slots int) string {
 	return k.p + "fidx:" + strconv.FormatUint(farSlot(id, slots), 10)
 }
@@ -75,10 +77,11 @@ func farSlot(id string, slots int) uint64 {
 
 // farCache is the settings a Store read, shared by its copies.
 type farCache struct {
-	mu   sync.Mutex
-	at   time.Time
-	on   bool
-	sets FarSettings
+	mu     sync.Mutex
+	at     time.Time
+	on     bool
+	sets   FarSettings
+	codecs farCodecs
 }
 
 // EnableFar turns the far tier on for the namespace with fs (zero fields
@@ -252,9 +255,9 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 		first := preps[chunk[0]]
 		ks, fk := ShardKeys(s.ns, first.shard), farKeysOf(s.ns, first.shard)
 		keys := make([]string, 0, 10+2*len(chunk))
-		keys = append(keys, ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled, fk.dir(), fk.meta())
-		args := make([]any, 0, 6+5*len(chunk))
-		args = append(args, len(chunk), w, fs.Horizon.Milliseconds(), first.shardCap, up, fs.Since)
+		keys = append(keys, ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled, fk.dir(), fk.meta(), fk.compact())
+		args := make([]any, 0, 7+5*len(chunk))
+		args = append(args, len(chunk), w, fs.Horizon.Milliseconds(), first.shardCap, up, fs.Since, farBlockRecords)
 		for _, i := range chunk {
 			m := preps[i].enc
 			keys = append(keys, fk.index(m.id, fs.IndexSlots), fk.bucket(bucket[i]))
@@ -318,8 +321,8 @@ func (s *Store) placeFarCall(i int, m encodedMessage, upsert bool, shardCap int,
 		up = "1"
 	}
 	return call{farPlaceScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled,
-		fk.index(m.id, fs.IndexSlots), fk.dir(), fk.meta(), fk.bucket(b)},
-		[]any{m.id, m.env, m.mode, m.ms, up, b, fs.BucketWidth.Milliseconds(), fs.Horizon.Milliseconds(), shardCap, fs.Since}}
+		fk.index(m.id, fs.IndexSlots), fk.dir(), fk.meta(), fk.bucket(b), fk.compact()},
+		[]any{m.id, m.env, m.mode, m.ms, up, b, fs.BucketWidth.Milliseconds(), fs.Horizon.Milliseconds(), shardCap, fs.Since, farBlockRecords}}
 }
 
 // farNearKeys are the far keys a near enqueue or cancel of id in shard i
@@ -406,6 +409,9 @@ func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int6
 		return where(err)
 	}
 	start := b * fs.BucketWidth.Milliseconds()
+	if err := s.promoteBlocks(ctx, i, fs, b, start, p); err != nil {
+		return where(err)
+	}
 	total, err := s.rdb.LLen(ctx, fk.bucket(b)).Result() // sealed: it no longer grows
 	if err != nil {
 		return where(err)
@@ -423,7 +429,7 @@ func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int6
 			page = page[n:]
 		}
 	}
-	left, err := s.run1(ctx, farDropScript, []string{fk.bucket(b), fk.dir(), fk.meta()}, b).Int()
+	left, err := s.run1(ctx, farDropScript, []string{fk.bucket(b), fk.dir(), fk.meta(), fk.blocks(b), fk.compact()}, b).Int()
 	if err != nil {
 		return where(err)
 	}
@@ -433,8 +439,8 @@ func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int6
 	return nil
 }
 
-// promoteRecords hands records (raw, as stored) of bucket b to one
-// farPromoteScript call.
+// promoteRecords hands records (raw, as stored: each with its length) of
+// bucket b to one farPromoteScript call.
 func (s *Store) promoteRecords(ctx context.Context, i int, fs FarSettings, b, start int64, raw []string, p *Promotion) error {
 	ks, fk := ShardKeys(s.ns, i), farKeysOf(s.ns, i)
 	keys := []string{ks.Due, ks.Msg, fk.meta(), ks.Dead, ks.Reason, ks.Counters}

@@ -291,3 +291,66 @@ func TestFarRecordsFromLuaDecode(t *testing.T) {
 		}
 	}
 }
+
+// Compaction swaps each run of 256 raw records for one compressed block;
+// promotion reads blocks and raw records alike, skipping what was
+// cancelled or replaced inside a block.
+func TestFarCompactionThenPromotion(t *testing.T) {
+	b := setup(t, 1)
+	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: time.Second, BucketWidth: time.Second, IndexSlots: 16, Since: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ns := b.store.Namespace()
+	at := time.Now().Add(4 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+	var msgs []shard.Message
+	for j := range 600 {
+		msgs = append(msgs, shard.Message{ID: "c" + strconv.Itoa(j), Topic: "t", Body: []byte(`{"user":` + strconv.Itoa(j) + `,"event":"trial-end"}`), At: at})
+	}
+	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		must(t, r.Err)
+	}
+	bk := at.UnixMilli() / 1000
+	n, err := b.store.CompactFar(b.ctx, 0, 16)
+	if err != nil || n != 2 {
+		t.Fatalf("compacted %d blocks (%v), want 2", n, err)
+	}
+	if z, l := b.rdb.LLen(b.ctx, shard.FarBlocksKey(ns, 0, bk)).Val(), b.rdb.LLen(b.ctx, shard.FarBucketKey(ns, 0, bk)).Val(); z != 2 || l != 88 {
+		t.Fatalf("%d blocks and %d raw records, want 2 and 88", z, l)
+	}
+	if n, err := b.store.CompactFar(b.ctx, 0, 16); err != nil || n != 0 {
+		t.Fatalf("compacted again: %d, %v; want nothing (88 raw records)", n, err)
+	}
+	must(t, b.prod.Cancel(b.ctx, "c3"))   // in the first block
+	must(t, b.prod.Cancel(b.ctx, "c599")) // raw
+	msgs[10].Body = []byte("replaced")    // in the first block, replaced near
+	msgs[10].At = time.Time{}
+	msgs[10].Delay = 500 * time.Millisecond
+	if _, err := b.prod.Upsert(b.ctx, msgs[10]); err != nil {
+		t.Fatal(err)
+	}
+	var moved int
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		p, err := b.store.PromoteDue(b.ctx, 0, 8)
+		must(t, err)
+		moved += p.Moved
+		return b.rdb.ZCard(b.ctx, shard.FarDirKey(ns, 0)).Val() == 0
+	}, func() string { return "bucket not promoted" })
+	ks := shard.ShardKeys(ns, 0)
+	if moved != 597 || b.rdb.ZCard(b.ctx, ks.Due).Val() != 598 {
+		t.Fatalf("promoted %d (due set %d), want 597 and 598 with the replaced one", moved, b.rdb.ZCard(b.ctx, ks.Due).Val())
+	}
+	if b.rdb.ZScore(b.ctx, ks.Due, "c3").Err() == nil || b.rdb.ZScore(b.ctx, ks.Due, "c599").Err() == nil {
+		t.Fatal("a cancelled message was promoted")
+	}
+	env, err := shard.DecodeEnvelope([]byte(b.rdb.HGet(b.ctx, ks.Msg, "c10").Val()))
+	if err != nil || string(env.Body) != "replaced" {
+		t.Fatalf("c10: %q, %v; want the replacement", env.Body, err)
+	}
+	if b.rdb.Exists(b.ctx, shard.FarBlocksKey(ns, 0, bk), shard.FarBucketKey(ns, 0, bk)).Val() != 0 {
+		t.Fatal("the bucket's keys outlived its promotion")
+	}
+}

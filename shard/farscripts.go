@@ -82,22 +82,37 @@ end
 // says what it does and returns), with KEYS[1..8] the shard's near keys as
 // the enqueue script has them. A call's writes are gathered: the records
 // of a bucket go in one RPUSH, the counts and directory entries once a
-// call, the near check of every id in one HMGET, and the index entry of
-// a new id is written by the HSETNX that checks it; what is left per
-// message is that HSETNX (BenchmarkEnqueue's far rows):
+// call (whatever the number of buckets: a few calls in all), the near
+// check of every id in one HMGET, and the index entry of a new id is
+// written by the HSETNX that checks it; what is left per message is that
+// HSETNX, and per bucket its RPUSH (BenchmarkEnqueue's far rows):
 //
-//   - far_begin(dir, meta, n, w, h, cap, since, ids): the state of a call
-//     that places the n messages ids. It takes n sequence numbers at once,
-//     and reads the tombstones' existence and the shard's count once.
+//   - far_begin(dir, meta, compact, block, n, w, h, cap, since, ids,
+//     buckets): the state of a call that places the n messages ids into
+//     buckets. It takes n sequence numbers at once, and reads the
+//     tombstones' existence, the shard's count and the buckets' seals once.
 //   - far_place(st, j, idx, bucket, id, env, mode, ms, b, upsert): message
 //     j; returns status and value.
-//   - far_end(st): the records, counts and directory entries, written.
+//   - far_end(st): the records, counts and directory entries, written; a
+//     bucket whose raw records reach a block (raw:<b> in farmeta) goes on
+//     the compaction list (farcompact: farcompact.go).
 const farPlace = `
-local function far_begin(dir, meta, n, w, h, cap, since, ids)
-  local st = {dir = dir, meta = meta, w = w, h = h, cap = cap, since = since,
+local function far_begin(dir, meta, compact, block, n, w, h, cap, since, ids, buckets)
+  local st = {dir = dir, meta = meta, compact = compact, block = block, w = w, h = h, cap = cap, since = since,
     seq = redis.call('HINCRBY', meta, 'seq', n) - n, tombs = redis.call('EXISTS', KEYS[8]) == 1,
     near = redis.call('HMGET', KEYS[2], unpack(ids)),
     sealed = {}, starts = {}, push = {}, live = {}, nlive = 0, created = 0, held = 0}
+  local fields, seen = {}, {}
+  for _, bs in ipairs(buckets) do
+    if not seen[bs] then
+      seen[bs] = true
+      fields[#fields + 1] = bs
+    end
+  end
+  local sealed = {}
+  for j, bs in ipairs(fields) do sealed[j] = 'sealed:' .. bs end
+  sealed = redis.call('HMGET', meta, unpack(sealed))
+  for j, bs in ipairs(fields) do st.sealed[bs] = sealed[j] ~= false end
   if cap > 0 then
     st.held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + (tonumber(redis.call('HGET', meta, 'live')) or 0)
   end
@@ -120,12 +135,7 @@ local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
   if b ~= tonumber(bs) then return 5, b end
   local start = b * st.w
   if now < st.since or start < now + st.h then return 4, due end
-  local sealed = st.sealed[bs]
-  if sealed == nil then
-    sealed = redis.call('HEXISTS', st.meta, 'sealed:' .. bs) == 1
-    st.sealed[bs] = sealed
-  end
-  if sealed then return 4, due end
+  if st.sealed[bs] then return 4, due end
   local status = 1
   if st.near[j] and redis.call('HEXISTS', KEYS[2], id) == 1 then
     if not upsert then return 0, 0 end
@@ -177,10 +187,29 @@ local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
   return status, due
 end
 local function far_end(st)
+  if st.nlive == 0 then return end
   for key, recs in pairs(st.push) do redis.call('RPUSH', key, unpack(recs)) end
-  for bs, start in pairs(st.starts) do redis.call('ZADD', st.dir, string.format('%d', start), bs) end
-  for bs, n in pairs(st.live) do redis.call('HINCRBY', st.meta, 'live:' .. bs, n) end
-  if st.nlive > 0 then redis.call('HINCRBY', st.meta, 'live', st.nlive) end
+  -- The counts of every bucket written, read and written in one call
+  -- each: live, then live:<b> and raw:<b> for each bucket.
+  local dirs, fields, adds = {}, {'live'}, {st.nlive}
+  for bs, start in pairs(st.starts) do
+    dirs[#dirs + 1], dirs[#dirs + 2] = string.format('%d', start), bs
+    fields[#fields + 1], adds[#adds + 1] = 'live:' .. bs, st.live[bs]
+    fields[#fields + 1], adds[#adds + 1] = 'raw:' .. bs, st.live[bs]
+  end
+  redis.call('ZADD', st.dir, unpack(dirs))
+  local had = redis.call('HMGET', st.meta, unpack(fields))
+  local set, full = {}, {}
+  for j, f in ipairs(fields) do
+    local v = (tonumber(had[j]) or 0) + adds[j]
+    set[2 * j - 1], set[2 * j] = f, v
+    if j > 1 and j % 2 == 1 and v >= st.block then
+      local bs = string.sub(f, 5)
+      full[#full + 1], full[#full + 2] = string.format('%d', st.starts[bs]), bs
+    end
+  end
+  redis.call('HSET', st.meta, unpack(set))
+  if #full > 0 then redis.call('ZADD', st.compact, unpack(full)) end
   if st.created > 0 then redis.call('HINCRBY', KEYS[7], 'enqueued', st.created) end
 end
 `
@@ -196,6 +225,7 @@ end
 //	ARGV[7] bucket width ms   ARGV[8] horizon ms
 //	ARGV[9] most messages this shard may hold, 0 = no limit
 //	ARGV[10] when the tier started placing (unix ms, Redis clock)
+//	KEYS[13] farcompact ZSET   ARGV[11] records a compressed block holds
 //
 // The due time is computed from Redis TIME. When it is not in bucket b
 // the reply is {5, its bucket}: nothing written, the caller sends it
@@ -213,7 +243,7 @@ end
 // call again after a lost reply; due is the stored one).
 // Complexity: O(1) for the far write, O(log N) for the near checks.
 var farPlaceScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
-local st = far_begin(KEYS[10], KEYS[11], 1, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), {ARGV[1]})
+local st = far_begin(KEYS[10], KEYS[11], KEYS[13], tonumber(ARGV[11]), 1, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), {ARGV[1]}, {ARGV[6]})
 local status, v = far_place(st, 1, KEYS[9], KEYS[12], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[5] == '1')
 far_end(st)
 return {status, v}
@@ -223,11 +253,13 @@ return {status, v}
 // in one call, each in its own bucket: what EnqueueBatch sends.
 //
 //	KEYS[1..8] as farPlaceScript   KEYS[9] fardir   KEYS[10] farmeta
-//	KEYS[9+2j] fidx:<h> of message j   KEYS[10+2j] its far:<b> LIST
+//	KEYS[11] farcompact
+//	KEYS[10+2j] fidx:<h> of message j   KEYS[11+2j] its far:<b> LIST
 //	ARGV[1] n   ARGV[2] bucket width ms   ARGV[3] horizon ms
 //	ARGV[4] most messages this shard may hold, 0 = no limit
 //	ARGV[5] "1" to replace (upsert)   ARGV[6] when the tier started placing
-//	then for message j = 1..n, from a = 7 + 5*(j-1): ARGV[a] id
+//	ARGV[7] records a compressed block holds
+//	then for message j = 1..n, from a = 8 + 5*(j-1): ARGV[a] id
 //	ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms   ARGV[a+4] b
 //
 // Returns {status_1, value_1, ...}, each as farPlaceScript returns it.
@@ -236,14 +268,14 @@ return {status, v}
 // Complexity: O(n log N).
 var farPlaceManyScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
 local n = tonumber(ARGV[1])
-local ids = {}
-for j = 1, n do ids[j] = ARGV[7 + 5 * (j - 1)] end
-local st = far_begin(KEYS[9], KEYS[10], n, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]), ids)
+local ids, bs = {}, {}
+for j = 1, n do ids[j], bs[j] = ARGV[8 + 5 * (j - 1)], ARGV[12 + 5 * (j - 1)] end
+local st = far_begin(KEYS[9], KEYS[10], KEYS[11], tonumber(ARGV[7]), n, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6]), ids, bs)
 local upsert = ARGV[5] == '1'
 local out = {}
 for j = 1, n do
-  local a = 7 + 5 * (j - 1)
-  out[2 * j - 1], out[2 * j] = far_place(st, j, KEYS[9 + 2 * j], KEYS[10 + 2 * j], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], upsert)
+  local a = 8 + 5 * (j - 1)
+  out[2 * j - 1], out[2 * j] = far_place(st, j, KEYS[10 + 2 * j], KEYS[11 + 2 * j], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], upsert)
 end
 far_end(st)
 return out
@@ -333,7 +365,7 @@ return {moved, dead}
 // handed to farPromoteScript.
 //
 //	KEYS[1] far:<b> LIST   KEYS[2] fardir ZSET   KEYS[3] farmeta HASH
-//	ARGV[1] b
+//	KEYS[4] farz:<b> LIST   KEYS[5] farcompact ZSET   ARGV[1] b
 //
 // Entries still counted live in b (records whose id could not be read)
 // leave the shard's live count; their index entries, if any, are absent
@@ -343,9 +375,10 @@ return {moved, dead}
 var farDropScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[3], 'sealed:' .. ARGV[1]) == 0 then return -1 end
 local left = tonumber(redis.call('HGET', KEYS[3], 'live:' .. ARGV[1])) or 0
-redis.call('UNLINK', KEYS[1])
+redis.call('UNLINK', KEYS[1], KEYS[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], 'sealed:' .. ARGV[1], 'live:' .. ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('HDEL', KEYS[3], 'sealed:' .. ARGV[1], 'live:' .. ARGV[1], 'raw:' .. ARGV[1])
 if left ~= 0 then redis.call('HINCRBY', KEYS[3], 'live', -left) end
 return left
 `)
@@ -362,3 +395,28 @@ local function far_cancel(id)
   return true
 end
 `
+
+// farCompactScript replaces the first n raw records of bucket b with one
+// compressed block of them (farcompact.go), unless the bucket was sealed
+// or its head changed since the compactor read it.
+//
+//	KEYS[1] far:<b> LIST   KEYS[2] farz:<b> LIST   KEYS[3] farmeta HASH
+//	KEYS[4] farcompact ZSET
+//	ARGV[1] b   ARGV[2] n   ARGV[3] the first record read   ARGV[4] the
+//	n-th   ARGV[5] the block   ARGV[6] records a block holds
+//
+// Records are unique (each has its own sequence number), appended at the
+// tail and removed from the head only here, so a head whose first and
+// n-th records are the ones read is the run read. The bucket leaves the
+// compaction list when fewer than a block's records are raw.
+// Returns 1 compacted, 0 sealed or changed (nothing written).
+// Complexity: O(n) to trim the list.
+var farCompactScript = redis.NewScript(`
+local b, n = ARGV[1], tonumber(ARGV[2])
+if redis.call('HEXISTS', KEYS[3], 'sealed:' .. b) == 1 then return 0 end
+if redis.call('LINDEX', KEYS[1], '0') ~= ARGV[3] or redis.call('LINDEX', KEYS[1], n - 1) ~= ARGV[4] then return 0 end
+redis.call('LTRIM', KEYS[1], n, '-1')
+redis.call('RPUSH', KEYS[2], ARGV[5])
+if redis.call('HINCRBY', KEYS[3], 'raw:' .. b, -n) < tonumber(ARGV[6]) then redis.call('ZREM', KEYS[4], b) end
+return 1
+`)

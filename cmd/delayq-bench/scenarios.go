@@ -1193,12 +1193,9 @@ type memoryResult struct {
 	DueBytes      float64 `json:"due_zset_bytes"`
 	MsgBytes      float64 `json:"msg_hash_bytes"`
 	EnvelopeBytes float64 `json:"envelope_bytes"`
-	// The same messages due a day ahead in a namespace with the far tier
-	// on (raw records, not compressed yet), and both fills' enqueue rates
-	// (EnqueueBatch of 2,000, four producers).
-	FarBytesPerMessage float64 `json:"far_bytes_per_message"`
-	NearFillRate       float64 `json:"near_fill_msgs_per_s"`
-	FarFillRate        float64 `json:"far_fill_msgs_per_s"`
+	NearFillRate  float64 `json:"near_fill_msgs_per_s"` // EnqueueBatch of 2,000, four producers
+	// The far tier (farmemory.go): realistic bodies and ids, near and far.
+	Far *farMemoryResult `json:"far,omitempty"`
 }
 
 func (b *bench) memory(ctx context.Context) error {
@@ -1248,40 +1245,9 @@ func (b *bench) memory(ctx context.Context) error {
 	say("memory: %.0f bytes per pending message (MEMORY USAGE: due ZSET %.0f, msg hash %.0f with a %.0f-byte envelope), enqueued at %.0f/s",
 		r.BytesPerMessage, r.DueBytes, r.MsgBytes, r.EnvelopeBytes, nearRate)
 	b.rdb.FlushAll(ctx)
-	if err := b.farMemory(ctx, r); err != nil {
+	if r.Far, err = b.farMemory(ctx, b.c.memory); err != nil {
 		return err
 	}
-	b.rdb.FlushAll(ctx)
-	return nil
-}
-
-// farMemory measures the same messages due a day ahead with the far tier
-// on.
-func (b *bench) farMemory(ctx context.Context, r *memoryResult) error {
-	before, err := b.usedMemory(ctx)
-	if err != nil {
-		return err
-	}
-	ns := b.namespace("farmemory")
-	st, err := shard.NewStore(b.rdb, ns)
-	if err != nil {
-		return err
-	}
-	if err := st.EnableFar(ctx, shard.FarSettings{Since: 1}); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	if _, err := b.fill(ctx, ns, b.c.memory, 24*time.Hour, time.Time{}); err != nil {
-		return err
-	}
-	r.FarFillRate = float64(b.c.memory) / time.Since(t0).Seconds()
-	after, err := b.usedMemory(ctx)
-	if err != nil {
-		return err
-	}
-	r.FarBytesPerMessage = float64(after-before) / float64(b.c.memory)
-	say("memory: far tier (due a day ahead, raw records): %.0f bytes per pending message, enqueued at %.0f/s",
-		r.FarBytesPerMessage, r.FarFillRate)
 	return nil
 }
 
