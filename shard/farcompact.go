@@ -158,4 +158,3 @@ func splitRecords(block []byte) []string {
 	}
 	return out
 }
-
