@@ -489,3 +489,7 @@ func (s *Store) promoteRecords(ctx context.Context, i int, fs FarSettings, b, st
 	}
 	return nil
 }
+
+// FarMetaKeyOf is shard i's farmeta HASH (doc.go): its field live counts
+// the shard's far messages.
+func FarMetaKeyOf(ns string, i int) string { return farKeysOf(ns, i).meta() }
