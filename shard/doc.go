@@ -350,14 +350,24 @@
 //     index entry: whichever runs first decides, and the other sees the
 //     message near, or gone.
 //
-// Built so far: settings, placement (Enqueue, Upsert and their batches:
-// one farPlaceScript call a far message, pipelined), the near enqueues'
-// check of the index, Cancel, and promotion in the scanners. Not yet: a
-// batch placement script, compression of sealed blocks
-// (farz), inspect, list, bulk jobs, the profile and stats counting far
-// messages, capacity, schedules, the CLI, HTTP and console, metrics and
-// the upgrade order; until they are, the tier is not turned on by any
-// command, only by Store.EnableFar in tests.
+// Built so far: settings, placement (Enqueue, Upsert and their batches),
+// the near enqueues' check of the index, Cancel, compaction into blocks
+// (farcompact.go), and promotion and compaction in the scanners, with
+// their metrics and alert. Measured (scripts/bench.sh -only memory -memory
+// 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
+// digits, due at random over 10 hours a day out): 358 bytes a message
+// near, 202 far before compaction and 94 after (the target: 120); far
+// placement 39,199 messages a second against 92,837 near, and 60,000
+// against 80,000 when a batch's messages share a bucket (BenchmarkEnqueue's
+// far rows: a bucket's writes are shared by the messages of a call that
+// go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
+// while a scanner is SIGKILLed every half second.
+//
+// Not yet: inspect, list, bulk jobs, reschedule, the profile and stats
+// counting far messages, schedules' far occurrences, clear, the CLI, HTTP
+// and console, the upgrade order, and enqueue at the near rate over many
+// buckets. Until they are, no command turns the tier on: only
+// Store.EnableFar (tests and the benchmark) does.
 //
 // # Packages
 //
