@@ -357,8 +357,9 @@
 // 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
 // digits, due at random over 10 hours a day out): 358 bytes a message
 // near, 202 far before compaction and 94 after (the target: 120); far
-// placement 39,199 messages a second against 92,837 near, and 60,000
-// against 80,000 when a batch's messages share a bucket (BenchmarkEnqueue's
+// placement 39,000-53,000 messages a second against 92,000-122,000 near
+// (three runs), and 63,000-75,000 against 89,000-103,000 when a batch's
+// messages share a bucket (BenchmarkEnqueue's
 // far rows: a bucket's writes are shared by the messages of a call that
 // go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.

@@ -15,7 +15,7 @@ import (
 // chose zstd at its fastest level and blocks of 256).
 //
 // Placement appends raw records; when a bucket has a block's worth of raw
-// records (farmeta raw:<b>), it goes on the shard's compaction list
+// records (the length RPUSH answers), it goes on the shard's compaction list
 // (farcompact ZSET). Any process (each does its own shards, scanner's
 // far.go) takes the first farBlockRecords raw records of such a bucket,
 // compresses them in Go into one zstd frame, and farCompactScript swaps

@@ -94,14 +94,14 @@ end
 //   - far_place(st, j, idx, bucket, id, env, mode, ms, b, upsert): message
 //     j; returns status and value.
 //   - far_end(st): the records, counts and directory entries, written; a
-//     bucket whose raw records reach a block (raw:<b> in farmeta) goes on
-//     the compaction list (farcompact: farcompact.go).
+//     bucket whose raw records reach a block goes on the compaction list
+//     (farcompact: farcompact.go).
 const farPlace = `
 local function far_begin(dir, meta, compact, block, n, w, h, cap, since, ids, buckets)
   local st = {dir = dir, meta = meta, compact = compact, block = block, w = w, h = h, cap = cap, since = since,
     seq = redis.call('HINCRBY', meta, 'seq', n) - n, tombs = redis.call('EXISTS', KEYS[8]) == 1,
     near = redis.call('HMGET', KEYS[2], unpack(ids)),
-    sealed = {}, starts = {}, push = {}, live = {}, nlive = 0, created = 0, held = 0}
+    sealed = {}, starts = {}, push = {}, bucket = {}, live = {}, nlive = 0, created = 0, held = 0}
   local fields, seen = {}, {}
   for _, bs in ipairs(buckets) do
     if not seen[bs] then
@@ -178,8 +178,11 @@ local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
     st.created = st.created + 1
   end
   st.seq = st.seq + 1
-  local p = st.push[bucket]
-  if not p then p = {} st.push[bucket] = p end
+  local p = st.push[bs]
+  if not p then
+    p = {}
+    st.push[bs], st.bucket[bs] = p, bucket
+  end
   p[#p + 1] = far_record(id, due - start, st.seq, env)
   st.starts[bs] = start
   st.live[bs] = (st.live[bs] or 0) + 1
@@ -188,28 +191,27 @@ local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
 end
 local function far_end(st)
   if st.nlive == 0 then return end
-  for key, recs in pairs(st.push) do redis.call('RPUSH', key, unpack(recs)) end
+  -- RPUSH answers the list's length: the bucket's raw records, which
+  -- put it on the compaction list once they make a block.
+  local full = {}
+  for bs, recs in pairs(st.push) do
+    if redis.call('RPUSH', st.bucket[bs], unpack(recs)) >= st.block then
+      full[#full + 1], full[#full + 2] = string.format('%d', st.starts[bs]), bs
+    end
+  end
+  if #full > 0 then redis.call('ZADD', st.compact, unpack(full)) end
   -- The counts of every bucket written, read and written in one call
-  -- each: live, then live:<b> and raw:<b> for each bucket.
+  -- each: live, then live:<b> for each bucket.
   local dirs, fields, adds = {}, {'live'}, {st.nlive}
   for bs, start in pairs(st.starts) do
     dirs[#dirs + 1], dirs[#dirs + 2] = string.format('%d', start), bs
     fields[#fields + 1], adds[#adds + 1] = 'live:' .. bs, st.live[bs]
-    fields[#fields + 1], adds[#adds + 1] = 'raw:' .. bs, st.live[bs]
   end
   redis.call('ZADD', st.dir, unpack(dirs))
   local had = redis.call('HMGET', st.meta, unpack(fields))
-  local set, full = {}, {}
-  for j, f in ipairs(fields) do
-    local v = (tonumber(had[j]) or 0) + adds[j]
-    set[2 * j - 1], set[2 * j] = f, v
-    if j > 1 and j % 2 == 1 and v >= st.block then
-      local bs = string.sub(f, 5)
-      full[#full + 1], full[#full + 2] = string.format('%d', st.starts[bs]), bs
-    end
-  end
+  local set = {}
+  for j, f in ipairs(fields) do set[2 * j - 1], set[2 * j] = f, (tonumber(had[j]) or 0) + adds[j] end
   redis.call('HSET', st.meta, unpack(set))
-  if #full > 0 then redis.call('ZADD', st.compact, unpack(full)) end
   if st.created > 0 then redis.call('HINCRBY', KEYS[7], 'enqueued', st.created) end
 end
 `
@@ -378,7 +380,7 @@ local left = tonumber(redis.call('HGET', KEYS[3], 'live:' .. ARGV[1])) or 0
 redis.call('UNLINK', KEYS[1], KEYS[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('HDEL', KEYS[3], 'sealed:' .. ARGV[1], 'live:' .. ARGV[1], 'raw:' .. ARGV[1])
+redis.call('HDEL', KEYS[3], 'sealed:' .. ARGV[1], 'live:' .. ARGV[1])
 if left ~= 0 then redis.call('HINCRBY', KEYS[3], 'live', -left) end
 return left
 `)
@@ -417,6 +419,6 @@ if redis.call('HEXISTS', KEYS[3], 'sealed:' .. b) == 1 then return 0 end
 if redis.call('LINDEX', KEYS[1], '0') ~= ARGV[3] or redis.call('LINDEX', KEYS[1], n - 1) ~= ARGV[4] then return 0 end
 redis.call('LTRIM', KEYS[1], n, '-1')
 redis.call('RPUSH', KEYS[2], ARGV[5])
-if redis.call('HINCRBY', KEYS[3], 'raw:' .. b, -n) < tonumber(ARGV[6]) then redis.call('ZREM', KEYS[4], b) end
+if redis.call('LLEN', KEYS[1]) < tonumber(ARGV[6]) then redis.call('ZREM', KEYS[4], b) end
 return 1
 `)
