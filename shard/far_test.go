@@ -72,6 +72,15 @@ func TestFarMessageWaitsFarThenIsPromoted(t *testing.T) {
 	if r, ok := recs["f1"]; !ok || r.DueMs != f1.Due.UnixMilli() {
 		t.Fatalf("f1's record: %+v, want due %d", r, f1.Due.UnixMilli())
 	}
+	info, err := b.prod.Inspect(b.ctx, "f1")
+	if err != nil || info.State != shard.StateScheduled || !info.Far || !info.At.Equal(f1.Due) || info.Envelope == nil ||
+		string(info.Envelope.Body) != "body of f1" {
+		t.Fatalf("inspect of a far message: %+v, %v", info, err)
+	}
+	st, err := b.store.Stats(b.ctx, 1)
+	if err != nil || st[0].Far != 3 || st[0].Scheduled != 1 {
+		t.Fatalf("stats: %+v, %v; want 3 far and 1 near", st, err)
+	}
 	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "f1", Topic: "t", Body: []byte("again"), Delay: time.Minute}); !errors.Is(err, shard.ErrDuplicate) {
 		t.Fatalf("enqueue of an id waiting far: %v, want ErrDuplicate", err)
 	}
@@ -323,6 +332,12 @@ func TestFarCompactionThenPromotion(t *testing.T) {
 	}
 	if n, err := b.store.CompactFar(b.ctx, 0, 16); err != nil || n != 0 {
 		t.Fatalf("compacted again: %d, %v; want nothing (88 raw records)", n, err)
+	}
+	for _, id := range []string{"c5", "c300", "c599"} { // in the first block, the second, and raw
+		info, err := b.prod.Inspect(b.ctx, id)
+		if err != nil || !info.Far || !info.At.Equal(at.Truncate(time.Millisecond)) || info.Envelope == nil {
+			t.Fatalf("inspect %s: %+v, %v", id, info, err)
+		}
 	}
 	must(t, b.prod.Cancel(b.ctx, "c3"))   // in the first block
 	must(t, b.prod.Cancel(b.ctx, "c599")) // raw

@@ -699,6 +699,7 @@ type Info struct {
 	Corrupt   error     // why Envelope could not be decoded, if it could not
 	Reason    string    // why it is dead
 	NowMs     int64     // Redis clock when inspected
+	Far       bool      // scheduled, waiting in the far-future tier (doc.go)
 }
 
 // Inspect reports the state of message id in shard i.
@@ -746,6 +747,11 @@ func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
 			return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
 		}
 	}
+	if info.State == StateUnknown {
+		if _, err := s.inspectFar(ctx, i, id, &info); err != nil {
+			return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
+		}
+	}
 	return info, nil
 }
 
@@ -759,6 +765,9 @@ type Stats struct {
 	HeadMs    int64 // due time of the earliest scheduled message; -1 if none
 	NowMs     int64 // Redis clock
 	Enqueued  int64 // messages ever created in the shard
+	// Far: scheduled messages waiting in the far-future tier, not in the
+	// due set (not counted in Scheduled); HeadMs does not see them.
+	Far int64
 }
 
 // OldestOverdue is how long the earliest scheduled message has been due
@@ -793,6 +802,13 @@ func (s *Store) Stats(ctx context.Context, m int) ([]Stats, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("stats of shard %d: %w", i, r.err)
 		}
+	}
+	far, err := s.farCounts(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range far {
+		out[i].Far = n
 	}
 	return out, nil
 }

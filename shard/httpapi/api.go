@@ -585,6 +585,7 @@ type ShardStats struct {
 	DueNow           int64   `json:"due_now"`
 	InFlight         int64   `json:"in_flight"`
 	Dead             int64   `json:"dead"`
+	Far              int64   `json:"far,omitempty"` // scheduled, waiting in the far-future tier (not in Scheduled)
 	NextDue          string  `json:"next_due,omitempty"`
 	OldestOverdueSec float64 `json:"oldest_overdue_seconds"`
 }
@@ -683,7 +684,7 @@ func Summarize(ns string, all []shard.Stats) Stats {
 	v := Stats{Namespace: ns, Total: ShardStats{Shard: -1}}
 	var next int64 = -1
 	for _, s := range all {
-		row := ShardStats{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead,
+		row := ShardStats{Shard: s.Shard, Scheduled: s.Scheduled, DueNow: s.DueNow, InFlight: s.InFlight, Dead: s.Dead, Far: s.Far,
 			OldestOverdueSec: s.OldestOverdue().Seconds()}
 		if s.HeadMs >= 0 {
 			row.NextDue = time.UnixMilli(s.HeadMs).UTC().Format(time.RFC3339Nano)
@@ -697,6 +698,7 @@ func Summarize(ns string, all []shard.Stats) Stats {
 		t.DueNow += row.DueNow
 		t.InFlight += row.InFlight
 		t.Dead += row.Dead
+		t.Far += row.Far
 		t.OldestOverdueSec = max(t.OldestOverdueSec, row.OldestOverdueSec)
 	}
 	if next >= 0 {

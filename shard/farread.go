@@ -1,0 +1,127 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reading the far tier: a far message seen by Inspect, and far messages
+// counted by Stats. Inspect finds the record through the index and reads
+// its bucket (the raw records, then the blocks, decompressed), which is
+// O(the bucket's records): bounded by the bucket's width, and paid only
+// for an id the near tier does not hold.
+
+// inspectFar looks for id in shard i's far tier: found, it is scheduled,
+// with its record's due time and envelope (Info.Far set).
+func (s *Store) inspectFar(ctx context.Context, i int, id string, info *Info) (bool, error) {
+	fs, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return false, err
+	}
+	fk := farKeysOf(s.ns, i)
+	v, err := s.rdb.HGet(ctx, fk.index(id, fs.IndexSlots), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	bs, qs, ok := strings.Cut(v, ":")
+	b, err1 := strconv.ParseInt(bs, 10, 64)
+	q, err2 := strconv.ParseUint(qs, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return false, fmt.Errorf("far index entry of %q in shard %d: %q is not <bucket>:<sequence>", id, i, v)
+	}
+	if err := s.rdb.ZScore(ctx, fk.dir(), bs).Err(); errors.Is(err, redis.Nil) {
+		return false, nil // its bucket is gone: the entry is stale (far_live)
+	} else if err != nil {
+		return false, err
+	}
+	r, found, err := s.findFarRecord(ctx, fk, fs, b, id, q)
+	if err != nil || !found {
+		return false, err
+	}
+	info.State, info.Far = StateScheduled, true
+	info.At, info.Scheduled = time.UnixMilli(r.DueMs), time.UnixMilli(r.DueMs)
+	if env, err := DecodeEnvelope(r.Envelope); err != nil {
+		info.Corrupt = err
+	} else {
+		info.Envelope = &env
+	}
+	return true, nil
+}
+
+// findFarRecord reads bucket b until it finds id's record of sequence q.
+func (s *Store) findFarRecord(ctx context.Context, fk farKeys, fs FarSettings, b int64, id string, q uint64) (FarRecord, bool, error) {
+	start := b * fs.BucketWidth.Milliseconds()
+	match := func(raw []byte) (FarRecord, bool) {
+		rs, _ := DecodeFarRecords(raw, start)
+		for _, r := range rs {
+			if r.ID == id && r.Seq == q {
+				return r, true
+			}
+		}
+		return FarRecord{}, false
+	}
+	raw, err := s.rdb.LRange(ctx, fk.bucket(b), 0, -1).Result()
+	if err != nil {
+		return FarRecord{}, false, err
+	}
+	for _, rec := range raw {
+		if r, ok := match([]byte(rec)); ok {
+			return r, true, nil
+		}
+	}
+	blocks, err := s.rdb.LRange(ctx, fk.blocks(b), 0, -1).Result()
+	if err != nil || len(blocks) == 0 {
+		return FarRecord{}, false, err
+	}
+	codec, err := s.farCodec()
+	if err != nil {
+		return FarRecord{}, false, err
+	}
+	for _, packed := range blocks {
+		block, err := codec.Decompress(nil, []byte(packed))
+		if err != nil {
+			continue // a block that does not decompress holds nothing findable
+		}
+		if r, ok := match(block); ok {
+			return r, true, nil
+		}
+	}
+	return FarRecord{}, false, nil
+}
+
+// farCounts returns, for shards [0, m), how many messages wait far (nil
+// with the tier off).
+func (s *Store) farCounts(ctx context.Context, m int) ([]int64, error) {
+	_, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return nil, err
+	}
+	cmds := make([]*redis.StringCmd, m)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGet(ctx, farKeysOf(s.ns, i).meta(), "live")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("far counts: %w", err)
+	}
+	out := make([]int64, m)
+	for i, c := range cmds {
+		n, err := c.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("far count of shard %d: %w", i, err)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
