@@ -351,9 +351,9 @@
 //     message near, or gone.
 //
 // Built so far: settings, placement (Enqueue, Upsert and their batches),
-// the near enqueues' check of the index, Cancel, compaction into blocks
-// (farcompact.go), and promotion and compaction in the scanners, with
-// their metrics and alert. Measured (scripts/bench.sh -only memory -memory
+// the near enqueues' check of the index, Cancel, Inspect and Stats
+// (farread.go), compaction into blocks (farcompact.go), and promotion and
+// compaction in the scanners, with their metrics and alert. Measured (scripts/bench.sh -only memory -memory
 // 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
 // digits, due at random over 10 hours a day out): 358 bytes a message
 // near, 202 far before compaction and 94 after (the target: 120); far
@@ -364,10 +364,10 @@
 // go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.
 //
-// Not yet: inspect, list, bulk jobs, reschedule, the profile and stats
-// counting far messages, schedules' far occurrences, clear, the CLI, HTTP
-// and console, the upgrade order, and enqueue at the near rate over many
-// buckets. Until they are, no command turns the tier on: only
+// Not yet: list, bulk jobs, reschedule by id, the due profile counting
+// far messages, schedules' far occurrences, clear, the CLI, HTTP and
+// console beyond the stats' count, the upgrade order, and enqueue at the
+// near rate over many buckets. Until they are, no command turns the tier on: only
 // Store.EnableFar (tests and the benchmark) does.
 //
 // # Packages
