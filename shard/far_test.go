@@ -369,3 +369,35 @@ func TestFarCompactionThenPromotion(t *testing.T) {
 		t.Fatal("the bucket's keys outlived its promotion")
 	}
 }
+
+// Rescheduling a far message moves it to its new time: near when that is
+// within the horizon, into another bucket when not; its envelope stays.
+func TestFarReschedule(t *testing.T) {
+	b := farSetup(t)
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	b.enqueue(t, "r1", 20*time.Second)
+	b.enqueue(t, "r2", 20*time.Second)
+	b.enqueue(t, "r3", 20*time.Second)
+	due, err := b.prod.RescheduleAfter(b.ctx, "r1", time.Second)
+	if err != nil || b.rdb.ZScore(b.ctx, ks.Due, "r1").Val() != float64(due.UnixMilli()) {
+		t.Fatalf("reschedule far to near: %v, %v", due, err)
+	}
+	later := time.Now().Add(40 * time.Second).Truncate(time.Millisecond)
+	if due, err := b.prod.Reschedule(b.ctx, "r2", later); err != nil || !due.Equal(later) {
+		t.Fatalf("reschedule far to far: %v, %v", due, err)
+	}
+	info, err := b.prod.Inspect(b.ctx, "r2")
+	if err != nil || !info.Far || !info.At.Equal(later) || info.Envelope == nil || string(info.Envelope.Body) != "body of r2" {
+		t.Fatalf("r2 after its reschedule: %+v, %v", info, err)
+	}
+	if info, err := b.prod.Inspect(b.ctx, "r1"); err != nil || info.Far || info.State != shard.StateScheduled || string(info.Envelope.Body) != "body of r1" {
+		t.Fatalf("r1 after its reschedule: %+v, %v", info, err)
+	}
+	must(t, b.prod.Cancel(b.ctx, "r3"))
+	if _, err := b.prod.RescheduleAfter(b.ctx, "r3", time.Minute); !errors.Is(err, shard.ErrNotFound) {
+		t.Fatalf("reschedule of a cancelled far message: %v, want ErrNotFound", err)
+	}
+	if st, err := b.store.Stats(b.ctx, 1); err != nil || st[0].Far != 1 || st[0].Scheduled != 1 {
+		t.Fatalf("stats: %+v, %v; want 1 far (r2) and 1 near (r1)", st, err)
+	}
+}

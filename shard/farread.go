@@ -47,7 +47,7 @@ func (s *Store) inspectFar(ctx context.Context, i int, id string, info *Info) (b
 	if err != nil || !found {
 		return false, err
 	}
-	info.State, info.Far = StateScheduled, true
+	info.State, info.Far, info.farEntry, info.farEnvelope = StateScheduled, true, v, r.Envelope
 	info.At, info.Scheduled = time.UnixMilli(r.DueMs), time.UnixMilli(r.DueMs)
 	if env, err := DecodeEnvelope(r.Envelope); err != nil {
 		info.Corrupt = err
@@ -124,4 +124,41 @@ func (s *Store) farCounts(ctx context.Context, m int) ([]int64, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// rescheduleFar moves a far message of shard i to a new due time (mode and
+// ms as Reschedule takes them): it reads the record, then runs
+// farRescheduleScript, which acts only if the record is still the live
+// one. When it is not (promoted, replaced meanwhile), it looks again, a
+// few times; a message promoted meanwhile is near, where Reschedule's own
+// call finds it next time. It reports whether the message was far.
+func (s *Store) rescheduleFar(ctx context.Context, i int, id, mode string, ms int64) (int64, bool, error) {
+	fs, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return 0, false, err
+	}
+	fk, ks := farKeysOf(s.ns, i), ShardKeys(s.ns, i)
+	for range 3 {
+		var info Info
+		found, err := s.inspectFar(ctx, i, id, &info)
+		if err != nil || !found {
+			return 0, false, err
+		}
+		due := ms
+		if mode == "delay" {
+			due += time.Now().UnixMilli()
+		}
+		b := due / fs.BucketWidth.Milliseconds()
+		v, err := s.run1(ctx, farRescheduleScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled,
+			fk.index(id, fs.IndexSlots), fk.dir(), fk.meta(), fk.bucket(b), fk.compact()},
+			id, info.farEntry, info.farEnvelope, mode, ms, b, fs.BucketWidth.Milliseconds(), fs.Horizon.Milliseconds(), fs.Since,
+			farBlockRecords, s.wake, i).Int64Slice()
+		if err != nil {
+			return 0, false, err
+		}
+		if len(v) == 2 && v[0] == 1 {
+			return v[1], true, nil
+		}
+	}
+	return 0, false, nil
 }

@@ -422,3 +422,39 @@ redis.call('RPUSH', KEYS[2], ARGV[5])
 if redis.call('LLEN', KEYS[1]) < tonumber(ARGV[6]) then redis.call('ZREM', KEYS[4], b) end
 return 1
 `)
+
+// farRescheduleScript moves a far message to a new due time: to another
+// far bucket, or near.
+//
+//	KEYS[1..8] as farPlaceScript   KEYS[9] fidx:<h> of the id
+//	KEYS[10] fardir ZSET   KEYS[11] farmeta HASH   KEYS[12] far:<b> LIST of
+//	the new due time's bucket   KEYS[13] farcompact ZSET
+//	ARGV[1] id   ARGV[2] "<b>:<seq>", the record read   ARGV[3] its envelope
+//	ARGV[4] "delay" | "at"   ARGV[5] ms   ARGV[6] b, the new bucket
+//	ARGV[7] bucket width ms   ARGV[8] horizon ms   ARGV[9] since
+//	ARGV[10] records a block holds   ARGV[11] wake channel   ARGV[12] shard index
+//
+// Only while the index still names the record read (the message was not
+// cancelled, replaced or promoted since: {0, 0}, the caller looks again):
+// the record is replaced by one with the new due time in its bucket when
+// that is far (as an upsert places it), or the message goes near, into
+// the due set and msg hash (a new head announced). The envelope, and so
+// its enqueue time, stays. Returns {1, due}. Complexity: O(log N).
+var farRescheduleScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + farPrelude + farPlace + `
+local id = ARGV[1]
+local fb, fq = far_live(KEYS[9], KEYS[10], id)
+if not fb or fb .. ':' .. fq ~= ARGV[2] then return {0, 0} end
+local st = far_begin(KEYS[10], KEYS[11], KEYS[13], tonumber(ARGV[10]), 1, tonumber(ARGV[7]), tonumber(ARGV[8]), 0, tonumber(ARGV[9]), {id}, {ARGV[6]})
+local status, v = far_place(st, 1, KEYS[9], KEYS[12], id, ARGV[3], ARGV[4], ARGV[5], ARGV[6], true)
+if status == 4 or status == 5 then
+  far_forget(KEYS[9], KEYS[11], id, fb)
+  local due = tonumber(ARGV[5])
+  if ARGV[4] == 'delay' then due = now + due end
+  redis.call('HSET', KEYS[2], id, ARGV[3])
+  redis.call('ZADD', KEYS[1], due, id)
+  wake_if_head(KEYS[1], id, due, 11)
+  return {1, due}
+end
+far_end(st)
+return {1, v}
+`)

@@ -661,6 +661,11 @@ func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64
 		} else if held {
 			return due, nil
 		}
+		if due, far, err := s.rescheduleFar(ctx, i, id, mode, ms); err != nil {
+			return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
+		} else if far {
+			return due, nil
+		}
 		return 0, fmt.Errorf("reschedule %q: %w", id, ErrNotFound)
 	case status == -1:
 		return 0, fmt.Errorf("reschedule %q: %w", id, ErrInFlight)
@@ -700,6 +705,9 @@ type Info struct {
 	Reason    string    // why it is dead
 	NowMs     int64     // Redis clock when inspected
 	Far       bool      // scheduled, waiting in the far-future tier (doc.go)
+
+	farEntry    string // its far index entry, "<b>:<seq>" (Far)
+	farEnvelope []byte // its record's envelope, as stored (Far)
 }
 
 // Inspect reports the state of message id in shard i.
