@@ -401,3 +401,23 @@ func TestFarReschedule(t *testing.T) {
 		t.Fatalf("stats: %+v, %v; want 1 far (r2) and 1 near (r1)", st, err)
 	}
 }
+
+// A namespace's limit of pending messages counts far ones, near and far
+// enqueues alike.
+func TestFarMessagesCountInTheLimit(t *testing.T) {
+	b := farSetup(t)
+	prod := shard.NewProducer(b.store, fixed(1), shard.ProducerOptions{MaxPending: 3})
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Body: []byte("x"), Delay: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := prod.Enqueue(b.ctx, shard.Message{ID: "near", Topic: "t", Body: []byte("x"), Delay: time.Second}); !errors.Is(err, shard.ErrCapacity) {
+		t.Fatalf("a near enqueue with 3 far of 3: %v, want ErrCapacity", err)
+	}
+	res, err := prod.EnqueueBatch(b.ctx, []shard.Message{{ID: "near2", Topic: "t", Body: []byte("x"), Delay: time.Second},
+		{ID: "far2", Topic: "t", Body: []byte("x"), Delay: time.Minute}})
+	if err != nil || !errors.Is(res[0].Err, shard.ErrCapacity) || !errors.Is(res[1].Err, shard.ErrCapacity) {
+		t.Fatalf("a batch with 3 far of 3: %v, %v, %v; want ErrCapacity for both", err, res[0].Err, res[1].Err)
+	}
+}

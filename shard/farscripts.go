@@ -14,6 +14,8 @@ import "github.com/redis/go-redis/v9"
 //     and sequence (strings), or nil. An entry whose bucket is no longer
 //     in the directory is deleted and counts as absent: the directory,
 //     not the index, says what exists.
+//   - far_count(meta): the shard's far messages (0 with no meta key: the
+//     tier is off).
 //   - far_forget(idx, meta, id, b): delete id's entry of bucket b, and
 //     count it out of the shard's and the bucket's live counts.
 //   - far_record(id, offset, seq, env): a record as AppendFarRecord
@@ -28,6 +30,10 @@ local function far_live(idx, dir, id)
   if b and redis.call('ZSCORE', dir, b) then return b, q end
   redis.call('HDEL', idx, id)
   return nil
+end
+local function far_count(meta)
+  if not meta then return 0 end
+  return tonumber(redis.call('HGET', meta, 'live')) or 0
 end
 local function far_forget(idx, meta, id, b)
   redis.call('HDEL', idx, id)

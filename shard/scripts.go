@@ -49,8 +49,8 @@ end
 //	ARGV[6] wake channel   ARGV[7] shard index
 //	ARGV[8] most messages this shard may hold (scheduled + in flight), 0 = no limit
 //	KEYS[9] fidx:<h> of the id, KEYS[10] fardir, KEYS[11] farmeta: when the
-//	far tier is on (farscripts.go), an id live far is a duplicate, and an
-//	upsert moves it near
+//	far tier is on (farscripts.go), an id live far is a duplicate, an
+//	upsert moves it near, and the far messages count in ARGV[8]'s limit
 //
 // Returns {status, due ms}: status 1 created, 2 replaced, 0 duplicate id
 // (nothing written), -1 in flight (upsert refused, nothing written), -2
@@ -84,7 +84,7 @@ elseif stored then
 else
   if cancelled_ahead(KEYS[8], id) then return {-3, 0} end
   local cap = tonumber(ARGV[8])
-  if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) >= cap then return {-2, 0} end
+  if cap > 0 and redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + far_count(KEYS[11]) >= cap then return {-2, 0} end
 end
 redis.call('HSET', KEYS[2], id, ARGV[2])
 redis.call('ZADD', KEYS[1], due, id)
@@ -105,8 +105,8 @@ return {status, due}
 //	then for message j = 1..n, from a = 6 + 4*(j-1):
 //	ARGV[a] id   ARGV[a+1] envelope   ARGV[a+2] "delay" | "at"   ARGV[a+3] ms
 //	KEYS[9] fardir, KEYS[10] farmeta, KEYS[10+j] fidx:<h> of message j:
-//	when the far tier is on, an id live far is a duplicate (0), and an
-//	upsert moves it near (2)
+//	when the far tier is on, an id live far is a duplicate (0), an upsert
+//	moves it near (2), and the far messages count in ARGV[4]'s limit
 //
 // Returns {status_1, due_1, ..., status_n, due_n}, each as enqueueScript
 // returns it: 1 created, 2 replaced, 0 duplicate id, -1 in flight (upsert
@@ -142,7 +142,7 @@ local upsert = ARGV[5] == '1'
 local tombs = redis.call('EXISTS', KEYS[8]) == 1
 local before = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 local held = 0
-if cap > 0 then held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) end
+if cap > 0 then held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + far_count(KEYS[10]) end
 local out, created, written, seen = {}, 0, 0, {}
 for j = 1, n do
   local a = 6 + 4 * (j - 1)
