@@ -90,7 +90,7 @@ func TestFarPromotionSurvivesKills(t *testing.T) {
 	if peak < n/4 {
 		t.Fatalf("at most %d of %d messages waited far at once; want a good share of them", peak, n)
 	}
-	dups := w.waitDelivered(p.ids, 120*time.Second)
+	dups := w.waitDelivered(p.ids, 180*time.Second)
 	w.mu.Lock()
 	twice := 0
 	for _, id := range p.ids {
