@@ -352,7 +352,7 @@
 //
 // Built so far: settings, placement (Enqueue, Upsert and their batches),
 // the near enqueues' check of the index, Cancel, Inspect, Reschedule (far
-// to near, or to another bucket) and Stats (farread.go), compaction into blocks (farcompact.go), and promotion and
+// to near, or to another bucket), Stats and the due profile (farread.go), compaction into blocks (farcompact.go), and promotion and
 // compaction in the scanners, with their metrics and alert. Measured (scripts/bench.sh -only memory -memory
 // 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
 // digits, due at random over 10 hours a day out): 358 bytes a message
@@ -364,7 +364,7 @@
 // go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.
 //
-// Not yet: list, bulk jobs, the due profile counting
+// Not yet: list, bulk jobs, a topic's profile counting
 // far messages, schedules' far occurrences, clear, the CLI, HTTP and
 // console beyond the stats' count, the upgrade order, and enqueue at the
 // near rate over many buckets. Until they are, no command turns the tier on: only

@@ -421,3 +421,32 @@ func TestFarMessagesCountInTheLimit(t *testing.T) {
 		t.Fatalf("a batch with 3 far of 3: %v, %v, %v; want ErrCapacity for both", err, res[0].Err, res[1].Err)
 	}
 }
+
+// The due profile counts far messages where they fall due.
+func TestFarMessagesInTheDueProfile(t *testing.T) {
+	b := setup(t, 2)
+	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: time.Minute, BucketWidth: time.Minute, IndexSlots: 16, Since: 1}); err != nil {
+		t.Fatal(err)
+	}
+	prod := shard.NewProducer(b.store, fixed(2), shard.ProducerOptions{})
+	var msgs []shard.Message
+	for j := range 30 {
+		msgs = append(msgs, shard.Message{ID: "p" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: 3*time.Hour + 10*time.Second})
+	}
+	msgs = append(msgs, shard.Message{ID: "soon", Topic: "t", Body: []byte("x"), Delay: 30 * time.Second})
+	res, err := prod.EnqueueBatch(b.ctx, msgs)
+	must(t, err)
+	for _, r := range res {
+		must(t, r.Err)
+	}
+	st, err := b.store.Stats(b.ctx, 2)
+	must(t, err)
+	if st[0].Far+st[1].Far != 30 {
+		t.Fatalf("far %d, want 30", st[0].Far+st[1].Far)
+	}
+	p, err := b.store.DueProfile(b.ctx, 2, time.Hour, 6)
+	must(t, err)
+	if p.Counts[0] != 1 || p.Counts[3]+p.Counts[2] != 30 {
+		t.Fatalf("profile by hour %v, want the near one in the first hour and the 30 far ones three hours ahead", p.Counts)
+	}
+}

@@ -162,3 +162,60 @@ func (s *Store) rescheduleFar(ctx context.Context, i int, id, mode string, ms in
 	}
 	return 0, false, nil
 }
+
+// addFarProfile adds to p the far messages of shards [0, m), each
+// bucket's live count in the profile bucket its start falls in (a far
+// bucket wider than the profile's is counted whole at its start). Two
+// round trips: the buckets in the profile's window, then their counts.
+func (s *Store) addFarProfile(ctx context.Context, m int, p *Profile) error {
+	_, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return err
+	}
+	from, to := p.Start.UnixMilli(), p.Start.Add(time.Duration(len(p.Counts))*p.Width).UnixMilli()
+	dirs := make([]*redis.ZSliceCmd, m)
+	if _, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i := range dirs {
+			dirs[i] = pl.ZRangeByScoreWithScores(ctx, farKeysOf(s.ns, i).dir(), &redis.ZRangeBy{
+				Min: strconv.FormatInt(from, 10), Max: "(" + strconv.FormatInt(to, 10)})
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("far profile: %w", err)
+	}
+	counts := make([]*redis.SliceCmd, m)
+	starts := make([][]int64, m)
+	if _, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, d := range dirs {
+			zs := d.Val()
+			if len(zs) == 0 {
+				continue
+			}
+			fields := make([]string, len(zs))
+			for j, z := range zs {
+				fields[j] = "live:" + fmt.Sprint(z.Member)
+				starts[i] = append(starts[i], int64(z.Score))
+			}
+			counts[i] = pl.HMGet(ctx, farKeysOf(s.ns, i).meta(), fields...)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("far profile: %w", err)
+	}
+	for i, c := range counts {
+		if c == nil {
+			continue
+		}
+		for j, v := range c.Val() {
+			str, _ := v.(string)
+			n, err := strconv.ParseInt(str, 10, 64)
+			if err != nil || n <= 0 {
+				continue
+			}
+			if k := int((starts[i][j] - from) / p.Width.Milliseconds()); k >= 0 && k < len(p.Counts) {
+				p.Counts[k] += n
+			}
+		}
+	}
+	return nil
+}

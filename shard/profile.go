@@ -72,7 +72,9 @@ return out
 // DueProfile counts the scheduled messages of shards 0..m-1 falling due
 // in n buckets of width from now on (the Redis clock of the first shard
 // that answers), with those overdue and in flight. An error names the
-// shard that failed.
+// shard that failed. Far messages (the far-future tier) count in the
+// bucket of their far bucket's start (farread.go); a topic's profile does
+// not count them yet.
 func (s *Store) DueProfile(ctx context.Context, m int, width time.Duration, n int) (Profile, error) {
 	switch {
 	case width < time.Second:
@@ -102,6 +104,9 @@ func (s *Store) DueProfile(ctx context.Context, m int, width time.Duration, n in
 		for j := range n {
 			p.Counts[j] += v[4+j]
 		}
+	}
+	if err := s.addFarProfile(ctx, m, &p); err != nil {
+		return Profile{}, err
 	}
 	return p, nil
 }
