@@ -364,11 +364,12 @@
 // go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.
 //
-// Not yet: list, bulk jobs, a topic's profile counting
-// far messages, schedules' far occurrences, clear, the CLI, HTTP and
-// console beyond the stats' count, the upgrade order, and enqueue at the
-// near rate over many buckets. Until they are, no command turns the tier on: only
-// Store.EnableFar (tests and the benchmark) does.
+// Not yet: list, bulk jobs (and so clear), a topic's profile counting far
+// messages, schedules' far occurrences, the CLI, HTTP and console beyond
+// the counts, and enqueue at the near rate over many buckets. Until they
+// are, no command turns the tier on: only Store.EnableFar (tests and the
+// benchmark) does; configs/README.md gives the upgrade order for when one
+// does.
 //
 // # Packages
 //
