@@ -2,6 +2,7 @@ package scanner
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/delayq/delayq/shard"
@@ -9,6 +10,10 @@ import (
 
 // maxClaimPipeline is the most claims one round trip carries.
 const maxClaimPipeline = 64
+
+// recoverEvery is how often a claimer goroutine that holds receipts of
+// lost claims presents them while no claim comes its way.
+const recoverEvery = 250 * time.Millisecond
 
 // claimPipelines is how many round trips of claims a process has under way
 // at once: while Redis runs one pipeline, the next one gathers and goes
@@ -31,8 +36,9 @@ const claimPipelines = 2
 // Each goroutine claims as its own shard.Claimant, so a claim whose reply
 // is lost (Redis killed after it ran the claim, a connection cut) leaves
 // a receipt; before its next round trip the goroutine presents the
-// receipts it holds (shard.Store.Recover), which puts those messages back
-// as due at once instead of after their lease. Receipts still held when
+// receipts it holds (shard.Store.Recover), and every recoverEvery while
+// it holds some, which puts those messages back as due at once instead of
+// after their lease. Receipts still held when
 // the goroutine stops are presented once more, within the shutdown
 // deadline; what is left comes back with its lease.
 type claimer struct {
@@ -80,11 +86,21 @@ func (c *claimer) run(life, workCtx context.Context) {
 	shards := make([]int, 0, maxClaimPipeline)
 	for {
 		batch, shards = batch[:0], shards[:0]
+		// While it holds receipts, the goroutine presents them every
+		// recoverEvery even when no claim comes its way: the other
+		// goroutine may be taking every request.
+		var again <-chan time.Time
+		if me.Lost() > 0 {
+			again = time.After(recoverEvery)
+		}
 		select {
 		case r := <-c.reqs:
 			batch = append(batch, r)
+		case <-again:
+			_ = c.recover(workCtx, me) // recovered reports it; the next turn tries again
+			continue
 		case <-life.Done():
-			c.recover(workCtx, me)
+			_ = c.recover(workCtx, me) // recovered reports it; what is left comes back with its lease
 			return
 		}
 	gather:
@@ -99,7 +115,16 @@ func (c *claimer) run(life, workCtx context.Context) {
 		for _, r := range batch {
 			shards = append(shards, r.shard)
 		}
-		c.recover(workCtx, me)
+		if err := c.recover(workCtx, me); err != nil {
+			// A receipt's key is reused by the claimant's next claim of
+			// its shard: no claim goes out before the receipts are
+			// presented, or a new claim would overwrite the record of a
+			// lost one (which would then wait for its lease).
+			for _, r := range batch {
+				r.reply <- claimReply{err: err}
+			}
+			continue
+		}
 		res, errs := c.store.ClaimFor(workCtx, me, shards, c.k, c.lease, c.hold())
 		for j, r := range batch {
 			r.reply <- claimReply{res: res[j], err: errs[j]}
@@ -107,11 +132,16 @@ func (c *claimer) run(life, workCtx context.Context) {
 	}
 }
 
-// recover presents the receipts of me's lost claims, if it holds any.
-func (c *claimer) recover(ctx context.Context, me *shard.Claimant) {
+// recover presents the receipts of me's lost claims, if it holds any, and
+// returns an error while some are left to present.
+func (c *claimer) recover(ctx context.Context, me *shard.Claimant) error {
 	if me.Lost() == 0 {
-		return
+		return nil
 	}
 	n, err := c.store.Recover(ctx, me)
 	c.recovered(n, err)
+	if me.Lost() > 0 {
+		return fmt.Errorf("claims whose replies were lost are not recovered yet: %w", err)
+	}
+	return nil
 }
