@@ -268,6 +268,17 @@
 //	            of the shard), live:<b> (of bucket b), sealed:<b>
 //	            (promotion under way: no more appends)
 //	farlease:<b> STRING the promoter's lease on bucket b (SET NX PX 30 s)
+//	farcompact  ZSET b -> bucket start: buckets with a block's worth of raw
+//	            records, for the compactor (farcompact.go)
+//
+// Who deletes what: promotion deletes each record's index entry as it
+// moves the record, cancel and replace delete theirs, and an index HASH
+// left empty goes with its last entry; the drop deletes far:<b>,
+// farz:<b>, the bucket's fardir and farcompact entries and its farmeta
+// fields; the lease expires, or its promoter deletes it. What is left is
+// bounded: farmeta's seq and live, and the index entries of records whose
+// id could not be read (a corrupt record), which far_live deletes when
+// the id is next looked up.
 //
 // Measured (scripts/memory-layouts.sh, cmd/delayq-bench/README.md,
 // "Memory"): 60 bytes a message with 100-byte JSON bodies and random
@@ -352,9 +363,10 @@
 //
 // Built so far: settings, placement (Enqueue, Upsert and their batches),
 // the near enqueues' check of the index, Cancel, Inspect, Reschedule (far
-// to near, or to another bucket), Stats and the due profile (farread.go), compaction into blocks (farcompact.go), and promotion and
-// compaction in the scanners, with their metrics and alert. Measured (scripts/bench.sh -only memory -memory
-// 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
+// to near, or to another bucket), Stats and the due profile
+// (farread.go), compaction into blocks (farcompact.go), and promotion
+// and compaction in the scanners, with their metrics and alert. Measured
+// (scripts/bench.sh -only memory -memory 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
 // digits, due at random over 10 hours a day out): 358 bytes a message
 // near, 202 far before compaction and 94 after (the target: 120); far
 // placement 39,000-53,000 messages a second against 92,000-122,000 near

@@ -7,7 +7,6 @@ import "context"
 
 func FarBucketKey(ns string, i int, b int64) string { return farKeysOf(ns, i).bucket(b) }
 func FarDirKey(ns string, i int) string             { return farKeysOf(ns, i).dir() }
-func FarMetaKey(ns string, i int) string            { return farKeysOf(ns, i).meta() }
 
 func (s *Store) PromoteRecords(ctx context.Context, i int, b int64, raw []string) (Promotion, error) {
 	var p Promotion

@@ -97,7 +97,7 @@ func TestFarMessageWaitsFarThenIsPromoted(t *testing.T) {
 	if err := b.prod.Cancel(b.ctx, "f3"); !errors.Is(err, shard.ErrNotFound) {
 		t.Fatalf("second cancel: %v, want ErrNotFound", err)
 	}
-	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "2" {
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "live").Val(); live != "2" {
 		t.Fatalf("live far messages %s, want 2", live)
 	}
 
@@ -124,7 +124,7 @@ func TestFarMessageWaitsFarThenIsPromoted(t *testing.T) {
 	if b.rdb.ZScore(b.ctx, ks.Due, "f3").Err() == nil {
 		t.Fatal("a cancelled far message was promoted")
 	}
-	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "0" {
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "live").Val(); live != "0" {
 		t.Fatalf("live far messages %s after promotion, want 0", live)
 	}
 	// Near now: an enqueue of the id is a duplicate there.
@@ -256,7 +256,7 @@ func TestFarBatchPlacesBoth(t *testing.T) {
 	if r, ok := recs["near-0"]; !ok || r.DueMs != res[1].Due.UnixMilli() {
 		t.Fatalf("near-0's far record %+v, want due %v", r, res[1].Due)
 	}
-	if live := b.rdb.HGet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "live").Val(); live != "100" {
+	if live := b.rdb.HGet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "live").Val(); live != "100" {
 		t.Fatalf("live far %s, want 100", live)
 	}
 }
@@ -269,7 +269,7 @@ func TestFarRecordsFromLuaDecode(t *testing.T) {
 	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: 10 * time.Minute, BucketWidth: 10 * time.Minute, IndexSlots: 16, Since: 1}); err != nil {
 		t.Fatal(err)
 	}
-	must(t, b.rdb.HSet(b.ctx, shard.FarMetaKey(b.store.Namespace(), 0), "seq", "4294967000").Err())
+	must(t, b.rdb.HSet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "seq", "4294967000").Err())
 	start := time.Now().Add(24 * time.Hour).Truncate(10 * time.Minute)
 	want := map[string]int64{}
 	var msgs []shard.Message

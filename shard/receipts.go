@@ -60,6 +60,11 @@ import (
 // difference is within the runs' noise (66-81 against 76-83 µs). That is
 // the price of a Redis crash costing no message a lease of lateness.
 //
+// Not yet complete: in TestRedisRestartUnderLoad (Redis SIGKILLed under
+// load) receipts put 11-47 messages a run back at once, but in about half
+// the runs 2-54 others still came back only at their lease; why those
+// claims escape their receipts is not known yet.
+//
 // Not covered: the flow releaser's claims of held messages
 // (claimHeldScript) come back after their lease, as before; so do claims
 // made without a Claimant (ClaimShards, ClaimHolding).
