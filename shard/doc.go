@@ -366,14 +366,14 @@
 // to near, or to another bucket), Stats and the due profile
 // (farread.go), compaction into blocks (farcompact.go), and promotion
 // and compaction in the scanners, with their metrics and alert. Measured
-// (scripts/bench.sh -only memory -memory 1000000, two shared cores; 100-byte JSON bodies, ids of 16 random hex
-// digits, due at random over 10 hours a day out): 358 bytes a message
-// near, 202 far before compaction and 94 after (the target: 120); far
-// placement 39,000-53,000 messages a second against 92,000-122,000 near
-// (three runs), and 63,000-75,000 against 89,000-103,000 when a batch's
-// messages share a bucket (BenchmarkEnqueue's
-// far rows: a bucket's writes are shared by the messages of a call that
-// go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
+// (scripts/bench.sh -only memory -memory 1000000, two shared cores;
+// 100-byte JSON bodies, ids of 16 random hex digits, due at random over
+// 10 hours a day out): 358 bytes a message near, 202 far before
+// compaction and 94 after (the target: 120); far placement 53,118
+// messages a second against 121,688 near, and 63,000-75,000 against
+// 89,000-103,000 when a batch's messages share a bucket (go test -run XXX
+// -bench 'BenchmarkEnqueue/batch=500' -benchtime 200x -count 3 ./shard/:
+// a bucket's writes are shared by the messages of a call that go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.
 //
 // Not yet: list, bulk jobs (and so clear), a topic's profile counting far
