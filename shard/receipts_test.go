@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // replyDropper makes Redis connections whose next reply can be lost: once
@@ -61,8 +63,14 @@ func (c *droppingConn) Read(p []byte) (int, error) {
 // test can lose.
 func lossySetup(t *testing.T, m int) (*bundle, *replyDropper) {
 	b := setup(t, m)
+	return b, b.lossy(t, srv.Addr)
+}
+
+// lossy makes b's store use a client of the server at addr (one
+// connection) whose replies the test can lose.
+func (b *bundle) lossy(t *testing.T, addr string) *replyDropper {
 	d := &replyDropper{}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, Dialer: d.dial})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, Dialer: d.dial})
 	t.Cleanup(func() { rdb.Close() })
 	st, err := shard.NewStore(rdb, b.store.Namespace())
 	if err != nil {
@@ -72,7 +80,7 @@ func lossySetup(t *testing.T, m int) (*bundle, *replyDropper) {
 		t.Fatal(err)
 	}
 	b.store = st
-	return b, d
+	return d
 }
 
 // loseNextReply arms d and lets the call go through once inflight (a
@@ -230,6 +238,58 @@ func TestRecoverWaitsForRedis(t *testing.T) {
 // An ack sent again after its call failed tells a message already acked
 // (gone: the failed call ran) from a lease lost meanwhile (the message is
 // due again, or leased by another claim).
+// An error Redis answers with means the call did not run: Recover keeps
+// the receipt and presents it again once Redis serves. Here the error is
+// BUSY (a long script); after a restart it is LOADING while Redis reads
+// its AOF, and dropping the receipt then left the message leased until
+// its lease expired.
+func TestRecoverKeepsReceiptsThroughRedisErrors(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	own, err := shardtest.StartRedis(shardtest.RedisOptions{Args: []string{"--lua-time-limit", "10"}})
+	shardtest.Require(t, err)
+	t.Cleanup(own.Close)
+	rdb := own.Client(t)
+	st, err := shard.NewStore(rdb, shardtest.Namespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{ctx: t.Context(), rdb: rdb, store: st, prod: shard.NewProducer(st, fixed(1), shard.ProducerOptions{}), m: 1}
+	d := b.lossy(t, own.Addr)
+	b.enqueue(t, "a", 0)
+	ks := shard.ShardKeys(b.store.Namespace(), 0)
+	c := shard.NewClaimant()
+	loseNextReply(t, b, d, ks.Inflight)
+	if _, errs := b.store.ClaimFor(b.ctx, c, []int{0}, 1, time.Minute, nil); errs[0] == nil {
+		t.Fatal("lost claim succeeded")
+	}
+
+	busy := redis.NewClient(&redis.Options{Addr: own.Addr, MaxRetries: -1})
+	defer busy.Close()
+	ended := make(chan error, 1)
+	go func() { ended <- busy.Eval(context.Background(), "while true do end", nil).Err() }()
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		err := b.rdb.Ping(b.ctx).Err()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	}, func() string { return "Redis never answered BUSY" })
+	if _, err := b.store.Recover(b.ctx, c); err == nil || !strings.Contains(err.Error(), "BUSY") {
+		t.Fatalf("recover behind a busy script: %v, want BUSY", err)
+	}
+	if c.Lost() != 1 {
+		t.Fatalf("%d receipts kept after Redis answered BUSY, want 1", c.Lost())
+	}
+	if err := b.rdb.ScriptKill(b.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	if n, err := b.store.Recover(b.ctx, c); err != nil || n != 1 {
+		t.Fatalf("recover once Redis serves: %d, %v; want 1", n, err)
+	}
+	if b.rdb.ZScore(b.ctx, ks.Due, "a").Err() != nil || b.rdb.ZCard(b.ctx, ks.Inflight).Val() != 0 {
+		t.Fatal("the message is not back in the due set")
+	}
+}
+
 func TestAckResentTellsGoneFromLost(t *testing.T) {
 	b := setup(t, 1)
 	b.enqueue(t, "done", 0)
