@@ -213,7 +213,7 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 	if err := f.Validate(); err != nil {
 		return BulkProgress{}, err
 	}
-	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, s.farBulkCancel, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
 		ks := ShardKeys(s.ns, i)
 		set := ks.Due
 		if held != "" { // the same script: it removes the ids from the set it is given
@@ -258,7 +258,7 @@ func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, de
 			due = now + ms
 		}
 	}
-	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, s.farBulkReschedule(due), func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
 		ks := ShardKeys(s.ns, i)
 		if held != "" {
 			return s.bulkShard(ctx, i, bulkRescheduleHeldScript, []string{HeldKey(s.ns, i, held), ks.Due, ks.Inflight, ks.Attempts,
@@ -293,9 +293,10 @@ func (f BulkFilter) rescheduleJob(mode string, ms int64) string {
 type bulkAct func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error)
 
 // bulkRun runs a bulk job over every shard: its record, its counts kept
-// from an unfinished earlier run, the walk, and the done mark.
+// from an unfinished earlier run, the walks (far tier, due set, held
+// sets), and the done mark.
 func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job string, matched int, extra []any,
-	progress func(BulkProgress), act bulkAct) (BulkProgress, error) {
+	progress func(BulkProgress), far farBulkAct, act bulkAct) (BulkProgress, error) {
 	var p BulkProgress
 	state, err := s.rdb.HGet(ctx, BulkJobKey(s.ns, job), "state").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -326,6 +327,11 @@ func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job strin
 		return p, err
 	}
 	for i := range shards {
+		// The far tier first: promotion moves messages from far to near
+		// only, so one it promotes meanwhile is met by the near walk.
+		if err := s.bulkWalkFar(ctx, i, job, f, &p, progress, far); err != nil {
+			return p, err
+		}
 		if err := s.bulkWalk(ctx, i, job, f, &p, progress, act); err != nil {
 			return p, err
 		}

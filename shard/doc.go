@@ -364,7 +364,9 @@
 // Built so far: settings, placement (Enqueue, Upsert and their batches),
 // the near enqueues' check of the index, Cancel, Inspect, Reschedule (far
 // to near, or to another bucket), Stats and the due profile
-// (farread.go), compaction into blocks (farcompact.go), and promotion
+// (farread.go), listing in due order among near messages (Browse:
+// farlist.go), bulk cancel and reschedule by filter, and so clear
+// (farbulk.go), compaction into blocks (farcompact.go), and promotion
 // and compaction in the scanners, with their metrics and alert. Measured
 // (scripts/bench.sh -only memory -memory 1000000, two shared cores;
 // 100-byte JSON bodies, ids of 16 random hex digits, due at random over
@@ -376,8 +378,7 @@
 // a bucket's writes are shared by the messages of a call that go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
 // while a scanner is SIGKILLed every half second.
 //
-// Not yet: list, bulk jobs (and so clear), a topic's profile counting far
-// messages, schedules' far occurrences, the CLI, HTTP and console beyond
+// Not yet: a topic's profile counting far messages, schedules' far occurrences, the CLI, HTTP and console beyond
 // the counts, and enqueue at the near rate over many buckets. Until they
 // are, no command turns the tier on: only Store.EnableFar (tests and the
 // benchmark) does; configs/README.md gives the upgrade order for when one

@@ -59,43 +59,13 @@ func (s *Store) inspectFar(ctx context.Context, i int, id string, info *Info) (b
 
 // findFarRecord reads bucket b until it finds id's record of sequence q.
 func (s *Store) findFarRecord(ctx context.Context, fk farKeys, fs FarSettings, b int64, id string, q uint64) (FarRecord, bool, error) {
-	start := b * fs.BucketWidth.Milliseconds()
-	match := func(raw []byte) (FarRecord, bool) {
-		rs, _ := DecodeFarRecords(raw, start)
-		for _, r := range rs {
-			if r.ID == id && r.Seq == q {
-				return r, true
-			}
-		}
-		return FarRecord{}, false
-	}
-	raw, err := s.rdb.LRange(ctx, fk.bucket(b), 0, -1).Result()
-	if err != nil {
-		return FarRecord{}, false, err
-	}
-	for _, rec := range raw {
-		if r, ok := match([]byte(rec)); ok {
-			return r, true, nil
-		}
-	}
-	blocks, err := s.rdb.LRange(ctx, fk.blocks(b), 0, -1).Result()
-	if err != nil || len(blocks) == 0 {
-		return FarRecord{}, false, err
-	}
-	codec, err := s.farCodec()
-	if err != nil {
-		return FarRecord{}, false, err
-	}
-	for _, packed := range blocks {
-		block, err := codec.Decompress(nil, []byte(packed))
-		if err != nil {
-			continue // a block that does not decompress holds nothing findable
-		}
-		if r, ok := match(block); ok {
-			return r, true, nil
-		}
-	}
-	return FarRecord{}, false, nil
+	var found FarRecord
+	ok := false
+	err := s.eachFarRecord(ctx, fk, fs, b, func(r FarRecord) bool {
+		found, ok = r, r.ID == id && r.Seq == q
+		return !ok
+	})
+	return found, ok, err
 }
 
 // farCounts returns, for shards [0, m), how many messages wait far (nil

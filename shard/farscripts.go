@@ -439,6 +439,8 @@ return 1
 //	ARGV[4] "delay" | "at"   ARGV[5] ms   ARGV[6] b, the new bucket
 //	ARGV[7] bucket width ms   ARGV[8] horizon ms   ARGV[9] since
 //	ARGV[10] records a block holds   ARGV[11] wake channel   ARGV[12] shard index
+//	KEYS[14] (optional) a bulk job's counter HASH (BulkKey), which a move
+//	counts in   ARGV[13] ms the counter lives after this call
 //
 // Only while the index still names the record read (the message was not
 // cancelled, replaced or promoted since: {0, 0}, the caller looks again):
@@ -447,6 +449,12 @@ return 1
 // the due set and msg hash (a new head announced). The envelope, and so
 // its enqueue time, stays. Returns {1, due}. Complexity: O(log N).
 var farRescheduleScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + farPrelude + farPlace + `
+local function count_job()
+  if KEYS[14] then
+    redis.call('HINCRBY', KEYS[14], 'done', 1)
+    redis.call('PEXPIRE', KEYS[14], ARGV[13])
+  end
+end
 local id = ARGV[1]
 local fb, fq = far_live(KEYS[9], KEYS[10], id)
 if not fb or fb .. ':' .. fq ~= ARGV[2] then return {0, 0} end
@@ -459,8 +467,40 @@ if status == 4 or status == 5 then
   redis.call('HSET', KEYS[2], id, ARGV[3])
   redis.call('ZADD', KEYS[1], due, id)
   wake_if_head(KEYS[1], id, due, 11)
+  count_job()
   return {1, due}
 end
 far_end(st)
+count_job()
 return {1, v}
+`)
+
+// farBulkCancelScript cancels far messages for a bulk cancel job, each
+// only while the index still names the record the job read, and counts
+// them in the job's counter of the shard (as bulkCancelScript does).
+//
+//	KEYS[1] fardir ZSET   KEYS[2] farmeta HASH   KEYS[3] the job's counter
+//	HASH (BulkKey)   KEYS[3+j] fidx:<h> of message j
+//	ARGV[1] ms the counter lives after this call
+//	ARGV[2j] id of message j   ARGV[2j+1] "<b>:<seq>", its record read
+//
+// Returns one status per message: 1 cancelled, 0 not (cancelled,
+// replaced or promoted since the read). Complexity: O(n).
+var farBulkCancelScript = redis.NewScript(farPrelude + `
+local out, n = {}, 0
+for j = 1, (#ARGV - 1) / 2 do
+  local id, entry = ARGV[2 * j], ARGV[2 * j + 1]
+  local b, q = far_live(KEYS[3 + j], KEYS[1], id)
+  if b and b .. ':' .. q == entry then
+    far_forget(KEYS[3 + j], KEYS[2], id, b)
+    out[j], n = 1, n + 1
+  else
+    out[j] = 0
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[3], 'done', n)
+  redis.call('PEXPIRE', KEYS[3], ARGV[1])
+end
+return out
 `)

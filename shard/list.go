@@ -15,6 +15,7 @@ type Listed struct {
 	Shard    int
 	Due      time.Time // the due ZSET's score: when it is next due
 	Attempts int       // deliveries so far that were not acked
+	Far      bool      // it waits in the far tier (doc.go), not yet in the due set
 	Envelope *Envelope // nil when Corrupt is set
 	Corrupt  error     // why the stored envelope could not be decoded
 }
@@ -94,7 +95,9 @@ func ParseBrowseCursor(s string) (BrowseCursor, error) {
 // Browse returns a page of the scheduled messages of shards [0, shards)
 // that q selects, shard after shard, each in due order, and the cursor of
 // the next page (nil at the end). It reads pages of at most 500 entries
-// (List) and, with q.MaxScan, no more than that many entries in all.
+// (List) and, with q.MaxScan, no more than that many entries in all. Far
+// messages (the far tier) come in their place in due order, Listed.Far
+// set: a page that reaches a far bucket reads it whole (farlist.go).
 func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []Listed, next *BrowseCursor, err error) {
 	if q.Limit < 1 || q.Limit > 10000 {
 		return nil, nil, invalid("limit", "%d: want 1 to 10000", q.Limit)
@@ -107,6 +110,14 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 		from, to = max(from, q.Shard), q.Shard+1
 	}
 	scanned := 0
+	page0 := min(500, max(q.Limit+1, 16)) // what a near page reads
+	if q.MaxScan > 0 {
+		page0 = min(page0, q.MaxScan)
+	}
+	var toMs int64 // the far buckets that start before To: To's ms, rounded up
+	if !q.To.IsZero() {
+		toMs = q.To.Add(time.Millisecond - 1).UnixMilli()
+	}
 	for i := from; i < to; i++ {
 		after := q.After.After
 		if i > q.After.Shard || after == (ListCursor{}) {
@@ -115,37 +126,29 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 				after.DueMs = q.From.UnixMilli()
 			}
 		}
+		w, err := s.walkShard(ctx, i, after, toMs, page0)
+		if err != nil {
+			return page, nil, err
+		}
 		for {
-			n := 500
-			if q.MaxScan > 0 {
-				if scanned >= q.MaxScan {
-					return page, &BrowseCursor{Shard: i, After: after}, nil
-				}
-				n = min(n, q.MaxScan-scanned)
+			if q.MaxScan > 0 && scanned >= q.MaxScan {
+				return page, &BrowseCursor{Shard: i, After: after}, nil
 			}
-			entries, cur, more, err := s.List(ctx, i, after, n)
+			l, ok, err := w.next(ctx)
 			if err != nil {
 				return page, nil, err
 			}
-			scanned += len(entries)
-			for j := range entries {
-				l := &entries[j]
-				if !q.To.IsZero() && !l.Due.Before(q.To) {
-					more = false // due order: the rest of the shard is later
-					break
-				}
-				if len(page) == q.Limit {
-					return page, &BrowseCursor{Shard: i, After: after}, nil
-				}
-				after = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
-				if q.matches(l) {
-					page = append(page, *l)
-				}
+			if !ok || !q.To.IsZero() && !l.Due.Before(q.To) {
+				break // due order: the rest of the shard is later
 			}
-			if !more {
-				break
+			scanned++
+			if len(page) == q.Limit {
+				return page, &BrowseCursor{Shard: i, After: after}, nil
 			}
-			after = cur
+			after = ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}
+			if q.matches(&l) {
+				page = append(page, l)
+			}
 		}
 	}
 	return page, nil, nil
@@ -159,8 +162,8 @@ func (q *BrowseQuery) matches(l *Listed) bool {
 	return q.Topic == "" || l.Envelope != nil && l.Envelope.Topic == q.Topic
 }
 
-// List returns up to n (at most 1000) scheduled messages of shard i in due
-// order, starting after the cursor, and the cursor of the next page; more
+// List returns up to n (at most 1000) messages of shard i's due set in due
+// order (Browse adds the far tier's), starting after the cursor, and the cursor of the next page; more
 // is false when the shard has nothing after this page. Each call is one
 // script call of O(log N + n) work, so a listing never blocks Redis, and a
 // listing of a set that changes meanwhile is a walk, not a snapshot.

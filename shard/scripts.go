@@ -1031,7 +1031,7 @@ return ids
 
 // allScripts is what Store.Load loads, so pipelines can use EVALSHA.
 var allScripts = []*redis.Script{heartbeatScript,
-	enqueueScript, enqueueManyScript, claimScript, unclaimScript, farPlaceScript, farPlaceManyScript, farSealScript, farPromoteScript, farDropScript, farCompactScript, farRescheduleScript, ackScript, releaseScript, deadLetterScript,
+	enqueueScript, enqueueManyScript, claimScript, unclaimScript, farPlaceScript, farPlaceManyScript, farSealScript, farPromoteScript, farDropScript, farCompactScript, farRescheduleScript, farBulkCancelScript, ackScript, releaseScript, deadLetterScript,
 	cancelScript, rescheduleScript, inspectScript, statsScript, raiseLayoutScript, readLayoutScript, setHighWaterScript,
 	redriveScript, purgeScript, retryScript, listScript, cancelManyScript, settleLayoutScript, scanIDsScript,
 	bulkCancelScript, bulkRescheduleScript, claimHoldScript, claimHeldScript, grantScript, refundScript, flowSetScript,

@@ -44,6 +44,7 @@ type listView struct {
 	Shard      int    `json:"shard"`
 	Due        string `json:"due"`
 	Attempts   int    `json:"attempts"`
+	Far        bool   `json:"far,omitempty"` // waits in the far-future tier
 	Topic      string `json:"topic,omitempty"`
 	Exchange   string `json:"exchange,omitempty"`
 	RoutingKey string `json:"routing_key,omitempty"`
@@ -106,7 +107,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 		}{Messages: append([]listView{}, views...), Next: next})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSHARD\tDUE\tATTEMPTS\tDESTINATION\tBYTES")
+	fmt.Fprintln(tw, "ID\tSHARD\tDUE\tTIER\tATTEMPTS\tDESTINATION\tBYTES")
 	for _, v := range views {
 		dest := v.Topic
 		if dest == "" {
@@ -115,7 +116,11 @@ func runList(ctx context.Context, e *env, args []string) int {
 		if v.Corrupt != "" {
 			dest = "corrupt: " + v.Corrupt
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\n", v.ID, v.Shard, v.Due, v.Attempts, dest, v.BodyBytes)
+		tier := "near"
+		if v.Far {
+			tier = "far"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\n", v.ID, v.Shard, v.Due, tier, v.Attempts, dest, v.BodyBytes)
 	}
 	_ = tw.Flush()
 	if next != "" {
@@ -127,7 +132,7 @@ func runList(ctx context.Context, e *env, args []string) int {
 }
 
 func viewOf(l *shard.Listed) listView {
-	v := listView{ID: l.ID, Shard: l.Shard, Due: l.Due.UTC().Format(time.RFC3339Nano), Attempts: l.Attempts}
+	v := listView{ID: l.ID, Shard: l.Shard, Due: l.Due.UTC().Format(time.RFC3339Nano), Attempts: l.Attempts, Far: l.Far}
 	if l.Envelope != nil {
 		v.Topic, v.Exchange, v.RoutingKey, v.BodyBytes = l.Envelope.Topic, l.Envelope.Exchange, l.Envelope.RoutingKey, len(l.Envelope.Body)
 	} else if l.Corrupt != nil {
