@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/delayq/delayq/shard"
 )
 
 // Wake-up affinity. Each scanner process's due board learns every shard's
@@ -43,7 +45,9 @@ type affinity struct {
 func newAffinity() *affinity {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return &affinity{self: hex.EncodeToString(b[:])}
+	// The mark says this process promotes far buckets (scanner/far.go), so
+	// the far tier can be turned on (shard.Store.TurnFarOn).
+	return &affinity{self: shard.FarMemberID(hex.EncodeToString(b[:]))}
 }
 
 // owns reports whether this process takes the wake-ups of shard i: the

@@ -243,7 +243,7 @@
 // process comes first each interval) are read without a scan of the
 // messages and without a leader; both docs say what they cost.
 //
-// # The far-future tier (being built)
+// # The far-future tier
 //
 // Most of what a busy namespace holds is due far ahead (trial ends,
 // renewals, reminders days out), and today every pending message costs a
@@ -364,10 +364,13 @@
 // Built so far: settings, placement (Enqueue, Upsert and their batches),
 // the near enqueues' check of the index, Cancel, Inspect, Reschedule (far
 // to near, or to another bucket), Stats and the due profile
-// (farread.go), listing in due order among near messages (Browse:
-// farlist.go), bulk cancel and reschedule by filter, and so clear
-// (farbulk.go), compaction into blocks (farcompact.go), and promotion
-// and compaction in the scanners, with their metrics and alert. Measured
+// (farread.go) with a topic's estimated share (farprofile.go), listing
+// in due order among near messages (Browse: farlist.go), bulk cancel and
+// reschedule by filter, and so clear (farbulk.go), turning the tier on
+// (only once every live scanner promotes) and off (farcontrol.go: delayq
+// far, GET and PUT /v1/far), compaction into blocks (farcompact.go), and
+// promotion and compaction in the scanners, with their metrics and
+// alert. Measured
 // (scripts/bench.sh -only memory -memory 1000000, two shared cores;
 // 100-byte JSON bodies, ids of 16 random hex digits, due at random over
 // 10 hours a day out): 358 bytes a message near, 202 far before
@@ -375,14 +378,16 @@
 // messages a second against 121,688 near, and 63,000-75,000 against
 // 89,000-103,000 when a batch's messages share a bucket (go test -run XXX
 // -bench 'BenchmarkEnqueue/batch=500' -benchtime 200x -count 3 ./shard/:
-// a bucket's writes are shared by the messages of a call that go to it). TestFarPromotionSurvivesKills promotes 200,000 far messages
-// while a scanner is SIGKILLed every half second.
+// a bucket's writes are shared by the messages of a call that go to
+// it). TestFarPromotionSurvivesKills promotes 200,000 far messages while
+// a scanner is SIGKILLed every half second.
 //
-// Not yet: a topic's profile counting far messages, schedules' far occurrences, the CLI, HTTP and console beyond
-// the counts, and enqueue at the near rate over many buckets. Until they
-// are, no command turns the tier on: only Store.EnableFar (tests and the
-// benchmark) does; configs/README.md gives the upgrade order for when one
-// does.
+// A recurring schedule's next occurrence always waits in the due set: a
+// schedule has one pending occurrence at a time, so there is nothing worth
+// moving far.
+//
+// Not yet: enqueue at the near rate when a batch spreads over many
+// buckets.
 //
 // # Packages
 //

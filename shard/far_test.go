@@ -433,6 +433,9 @@ func TestFarMessagesInTheDueProfile(t *testing.T) {
 	for j := range 30 {
 		msgs = append(msgs, shard.Message{ID: "p" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: 3*time.Hour + 10*time.Second})
 	}
+	for j := range 20 {
+		msgs = append(msgs, shard.Message{ID: "q" + strconv.Itoa(j), Topic: "u", Body: []byte("x"), Delay: 3*time.Hour + 10*time.Second})
+	}
 	msgs = append(msgs, shard.Message{ID: "soon", Topic: "t", Body: []byte("x"), Delay: 30 * time.Second})
 	res, err := prod.EnqueueBatch(b.ctx, msgs)
 	must(t, err)
@@ -441,12 +444,19 @@ func TestFarMessagesInTheDueProfile(t *testing.T) {
 	}
 	st, err := b.store.Stats(b.ctx, 2)
 	must(t, err)
-	if st[0].Far+st[1].Far != 30 {
-		t.Fatalf("far %d, want 30", st[0].Far+st[1].Far)
+	if st[0].Far+st[1].Far != 50 {
+		t.Fatalf("far %d, want 50", st[0].Far+st[1].Far)
 	}
 	p, err := b.store.DueProfile(b.ctx, 2, time.Hour, 6)
 	must(t, err)
-	if p.Counts[0] != 1 || p.Counts[3]+p.Counts[2] != 30 {
-		t.Fatalf("profile by hour %v, want the near one in the first hour and the 30 far ones three hours ahead", p.Counts)
+	if p.Counts[0] != 1 || p.Counts[3]+p.Counts[2] != 50 {
+		t.Fatalf("profile by hour %v, want the near one in the first hour and the 50 far ones three hours ahead", p.Counts)
+	}
+	// A topic's profile: its share of the far buckets, from their records
+	// (here every record is read, so the estimate is the count).
+	tp, err := b.store.TopicProfile(b.ctx, 2, "t", time.Hour, 6)
+	must(t, err)
+	if tp.Counts[0] != 1 || tp.Counts[3]+tp.Counts[2] != 30 || tp.Sampled[3]+tp.Sampled[2] != 50 {
+		t.Fatalf("topic t by hour %v (sampled %v), want 1 now and 30 three hours ahead, from 50 records", tp.Counts, tp.Sampled)
 	}
 }

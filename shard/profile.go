@@ -247,6 +247,9 @@ func (s *Store) TopicProfile(ctx context.Context, m int, topic string, width tim
 	}
 	p.Overdue, p.OverdueSampled = round(est[n]), sampled[n]
 	p.InFlight, p.InFlightSampled = round(est[n+1]), sampled[n+1]
+	if err := s.addFarTopicProfile(ctx, m, &p); err != nil {
+		return TopicProfile{}, fmt.Errorf("due profile of topic %q: %w", topic, err)
+	}
 	return p, nil
 }
 

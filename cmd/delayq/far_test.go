@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // TestFarPromotionSurvivesKills: 200,000 messages wait in the far tier
@@ -114,5 +116,74 @@ func TestFarPromotionSurvivesKills(t *testing.T) {
 	t.Logf("%d messages (up to %d far at once), %d SIGKILLs during placement and promotion; %d duplicates, all redeliveries", n, peak, kills, dups)
 	if err := steady.term(30 * time.Second); err != nil {
 		t.Errorf("steady scanner: %v", err)
+	}
+}
+
+// TestFarTierFromTheCLI: delayq far turns the tier on only once every
+// live scanner promotes far messages (an older process is named), shows
+// what waits far, lists a far message as far, and turns the tier off, after
+// which the scanners promote what was far. Bad input is refused naming
+// the flag.
+func TestFarTierFromTheCLI(t *testing.T) {
+	w := newWorld(t, 2)
+	for _, args := range [][]string{
+		{"far", "on", "--horizon", "-1h"},
+		{"far", "off", "--horizon", "1h"},
+		{"far", "sideways"},
+		{"far", "on", "now"},
+	} {
+		if _, e, code := w.delayq("", args...); code != 2 || !strings.Contains(e, "usage") {
+			t.Errorf("%v: exit %d %q, want 2 with the usage", args, code, e)
+		}
+	}
+	if out, _, code := w.delayq("", "far"); code != 0 || !strings.Contains(out, "far tier: off") {
+		t.Fatalf("far before on: exit %d %q", code, out)
+	}
+	// An older scanner: a fleet member without the mark.
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	old := redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "0123456789abcdef"}
+	must(t, rdb.ZAdd(context.Background(), shard.ScannersKey(w.ns), old).Err())
+	if _, e, code := w.delayq("", "far", "on"); code != 1 || !strings.Contains(e, "0123456789abcdef") || !strings.Contains(e, "upgrade every process") {
+		t.Fatalf("far on with an older scanner: exit %d %q", code, e)
+	}
+	must(t, rdb.ZRem(context.Background(), shard.ScannersKey(w.ns), old.Member).Err())
+	scanner := w.scan()
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		out, _, _ := w.delayq("", "far")
+		return strings.Contains(out, "scanners: 1 live\n")
+	}, func() string { return "the scanner never joined: " + scanner.log.String() })
+	out, e, code := w.delayq("", "far", "on", "--horizon", "2h", "--width", "10m")
+	if code != 0 || !strings.Contains(out, "far tier: on; messages due more than 2h0m0s ahead") || !strings.Contains(e, "far on") {
+		t.Fatalf("far on: exit %d %q %q", code, out, e)
+	}
+	// Placement far begins 10 s after the tier is turned on (producers
+	// that have not seen it yet enqueue near until then): wait for it.
+	farID := ""
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		id := fmt.Sprintf("later-%d", time.Now().UnixNano())
+		farID = id
+		if _, _, code := w.delayq("", "enqueue", "--id", id, "--exchange", w.exchange, "--delay", "5h", "--body", "x"); code != 0 {
+			return false
+		}
+		out, _, _ := w.delayq("", "inspect", "--json", id)
+		return strings.Contains(out, `"far": true`)
+	}, func() string { return "no enqueue went far" })
+	out, _, code = w.delayq("", "far", "--json")
+	if code != 0 || !strings.Contains(out, `"state": "on"`) || !strings.Contains(out, `"horizon": "2h0m0s"`) {
+		t.Fatalf("far --json: exit %d %q", code, out)
+	}
+	if out, _, code = w.delayq("", "list", "--prefix", farID); code != 0 || !strings.Contains(out, " far ") {
+		t.Fatalf("list: exit %d %q", code, out)
+	}
+	if out, _, code = w.delayq("", "far", "off"); code != 0 || !strings.Contains(out, "far tier: turned off") {
+		t.Fatalf("far off: exit %d %q", code, out)
+	}
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		out, _, _ := w.delayq("", "far", "--json")
+		return strings.Contains(out, `"far": 0`)
+	}, func() string { out, _, _ := w.delayq("", "far"); return "far messages were not promoted: " + out })
+	if out, _, code = w.delayq("", "list", "--prefix", farID); code != 0 || strings.Contains(out, " far ") || !strings.Contains(out, " near ") {
+		t.Fatalf("list after off: exit %d %q", code, out)
 	}
 }

@@ -85,6 +85,9 @@ func runInspect(ctx context.Context, e *env, args []string) int {
 	switch info.State {
 	case shard.StateScheduled:
 		row("due", v.At)
+		if v.Far {
+			row("tier", "far (promoted into the due set once its bucket is within the horizon: delayq far)")
+		}
 	case shard.StateInFlight:
 		row("lease until", v.At)
 	case shard.StateDead:

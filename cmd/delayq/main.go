@@ -57,7 +57,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		scanCommand(), enqueueCommand(), cancelCommand(), listCommand(), clearCommand(), rescheduleCommand(),
-		inspectCommand(), statsCommand(), flowCommand(), scheduleCommand(), shardsCommand(), deadCommand(), serveCommand(),
+		inspectCommand(), statsCommand(), flowCommand(), scheduleCommand(), shardsCommand(), farCommand(), deadCommand(), serveCommand(),
 	}
 }
 

@@ -104,6 +104,8 @@ func New(o Options) *API {
 	a.handle("POST /v1/bulk/cancel", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "cancel") })
 	a.handle("POST /v1/bulk/reschedule", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "reschedule") })
 	a.handle("GET /v1/bulk/{job}", RoleRead, a.bulkStatus)
+	a.handle("GET /v1/far", RoleRead, a.far)
+	a.handle("PUT /v1/far", RoleAdmin, a.setFar)
 	a.handle("GET /v1/flows", RoleRead, a.flows)
 	a.handle("PUT /v1/flows/{topic}", RoleAdmin, a.changeFlowHandler("limit"))
 	a.handle("POST /v1/flows/{topic}/pause", RoleAdmin, a.changeFlowHandler("pause"))
@@ -411,6 +413,8 @@ type Message struct {
 	Shard     int         `json:"shard"`
 	At        string      `json:"at,omitempty"` // due, lease deadline or dead since, by state
 	Scheduled string      `json:"scheduled,omitempty"`
+	// Far: it waits in the far-future tier (GET /v1/far).
+	Far bool `json:"far,omitempty"`
 	// ExpiresAt and MaxLatenessMs are the message's deadline, if any.
 	ExpiresAt     string         `json:"expires_at,omitempty"`
 	MaxLatenessMs int64          `json:"max_lateness_ms,omitempty"`
@@ -429,7 +433,7 @@ type Message struct {
 
 // MessageOf renders what Inspect found.
 func MessageOf(info shard.Info) Message {
-	v := Message{ID: info.ID, State: info.State, Shard: info.Shard, Attempts: info.Attempts, Reason: info.Reason}
+	v := Message{ID: info.ID, State: info.State, Shard: info.Shard, Attempts: info.Attempts, Reason: info.Reason, Far: info.Far}
 	if !info.At.IsZero() {
 		v.At = info.At.UTC().Format(time.RFC3339Nano)
 	}
