@@ -2,12 +2,14 @@ package shard_test
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // farMixed fills one shard with near and far messages whose due times
@@ -180,5 +182,95 @@ func TestFarMessagesInBulkJobs(t *testing.T) {
 	}
 	if st, _ := b.store.Stats(b.ctx, 1); st[0].Far != 0 || st[0].Scheduled != 0 {
 		t.Fatalf("after clear: %+v", st[0])
+	}
+}
+
+// Far messages stay findable across a resize, as near ones do: under
+// a new M, inspect, cancel (one and in batches), enqueue's dedupe and
+// upsert find the copy in the shard the old M put it in; the scanners'
+// promotion of that shard (all shards up to the high-water mark) brings
+// the rest into its due set on time.
+func TestFarAcrossResize(t *testing.T) {
+	b := setup(t, 1)
+	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: 3 * time.Second, BucketWidth: time.Second, IndexSlots: 16, Since: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var r resizable
+	r.m.Store(4)
+	r.hw.Store(4)
+	prod := shard.NewProducer(b.store, &r, shard.ProducerOptions{})
+	var ids []string
+	for i := range 60 {
+		id := fmt.Sprintf("r%d", i)
+		ids = append(ids, id)
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: 5 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := map[string]bool{}
+	for _, m := range []int64{16, 2} {
+		r.m.Store(m)
+		r.hw.Store(max(r.hw.Load(), m))
+		var moved []string
+		for _, id := range ids {
+			if !gone[id] && shard.Of(id, int(m)) != shard.Of(id, 4) {
+				moved = append(moved, id)
+			}
+		}
+		if len(moved) < 5 {
+			t.Fatalf("M=%d moves %d ids: the test proves nothing", m, len(moved))
+		}
+		for _, id := range moved {
+			info, err := prod.Inspect(b.ctx, id)
+			if err != nil || info.State != shard.StateScheduled || !info.Far || info.Shard != shard.Of(id, 4) {
+				t.Fatalf("M=%d: inspect %s: %+v %v", m, id, info, err)
+			}
+		}
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: moved[0], Topic: "t", Delay: 5 * time.Second}); !errors.Is(err, shard.ErrDuplicate) {
+			t.Fatalf("M=%d: enqueue of far %s: %v, want a duplicate", m, moved[0], err)
+		}
+		if s, err := prod.Upsert(b.ctx, shard.Message{ID: moved[1], Topic: "t2", Delay: 5 * time.Second}); err != nil || s.Shard != shard.Of(moved[1], 4) {
+			t.Fatalf("M=%d: upsert of far %s: %+v %v, want its old shard %d", m, moved[1], s, err, shard.Of(moved[1], 4))
+		}
+		if err := prod.Cancel(b.ctx, moved[2]); err != nil {
+			t.Fatalf("M=%d: cancel of far %s: %v", m, moved[2], err)
+		}
+		errs, err := prod.CancelBatch(b.ctx, moved[3:5])
+		if err != nil || errs[0] != nil || errs[1] != nil {
+			t.Fatalf("M=%d: cancel batch of far %v: %v %v", m, moved[3:5], errs, err)
+		}
+		for _, id := range moved[2:5] {
+			gone[id] = true
+		}
+	}
+	st, err := b.store.Stats(b.ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := int64(0)
+	for _, s := range st {
+		far += s.Far
+	}
+	if want := int64(len(ids) - len(gone)); far != want {
+		t.Fatalf("%d far after the resizes, want %d (no copy added, the cancelled gone)", far, want)
+	}
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		for i := range 16 {
+			if _, err := b.store.PromoteDue(b.ctx, i, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, _ := b.store.Stats(b.ctx, 16)
+		n := int64(0)
+		for _, s := range st {
+			n += s.Far
+		}
+		return n == 0
+	}, func() string { return "far messages were not promoted" })
+	for _, id := range ids {
+		info, err := prod.Inspect(b.ctx, id)
+		if gone[id] != (info.State == shard.StateUnknown) || err != nil || !gone[id] && (info.Far || info.Shard != shard.Of(id, 4)) {
+			t.Fatalf("%s after promotion: %+v %v (cancelled: %v)", id, info, err, gone[id])
+		}
 	}
 }

@@ -190,7 +190,8 @@ func (s *Store) locateElsewhere(ctx context.Context, id string, skip, upTo int) 
 
 // locateEach looks for each of ids in the shards in[j] (for ids[j]), in
 // one pipeline of HEXISTS. It returns for each id the first of its shards
-// that holds it (scheduled, in flight or dead), or -1.
+// that holds it (scheduled, in flight, dead, or waiting far: its far
+// index names it), or -1.
 func (s *Store) locateEach(ctx context.Context, ids []string, in [][]int) ([]int, error) {
 	found := make([]int, len(ids))
 	n := 0
@@ -201,11 +202,19 @@ func (s *Store) locateEach(ctx context.Context, ids []string, in [][]int) ([]int
 	if n == 0 {
 		return found, nil
 	}
+	fs, far, err := s.farSettings(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locate %d ids: %w", len(ids), err)
+	}
 	cmds := make([]*redis.BoolCmd, 0, n)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	farCmds := make([]*redis.BoolCmd, 0, n) // with the far tier on: in its index
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, id := range ids {
 			for _, i := range in[j] {
 				cmds = append(cmds, p.HExists(ctx, ShardKeys(s.ns, i).Msg, id))
+				if far {
+					farCmds = append(farCmds, p.HExists(ctx, farKeysOf(s.ns, i).index(id, fs.IndexSlots), id))
+				}
 			}
 		}
 		return nil
@@ -216,7 +225,7 @@ func (s *Store) locateEach(ctx context.Context, ids []string, in [][]int) ([]int
 	n = 0
 	for j := range ids {
 		for _, i := range in[j] {
-			if cmds[n].Val() && found[j] < 0 {
+			if (cmds[n].Val() || far && farCmds[n].Val()) && found[j] < 0 {
 				found[j] = i
 			}
 			n++

@@ -214,12 +214,23 @@ const maxCancelMany = 64
 func (s *Store) CancelMany(ctx context.Context, i int, ids []string) (errs []error, err error) {
 	errs = make([]error, len(ids))
 	ks := ShardKeys(s.ns, i)
-	keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
+	fs, far, err := s.farSettings(ctx)
+	if err != nil {
+		return errs, fmt.Errorf("cancel messages of shard %d: %w", i, err)
+	}
+	fk := farKeysOf(s.ns, i)
 	var calls []call
 	for lo := 0; lo < len(ids); lo += maxCancelMany {
+		keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
+		if far {
+			keys = append(keys, fk.dir(), fk.meta())
+		}
 		args := make([]any, 0, maxCancelMany)
 		for _, id := range ids[lo:min(lo+maxCancelMany, len(ids))] {
 			args = append(args, id)
+			if far {
+				keys = append(keys, fk.index(id, fs.IndexSlots))
+			}
 		}
 		calls = append(calls, call{cancelManyScript, keys, args})
 	}

@@ -827,13 +827,24 @@ return out
 // cancelManyScript cancels several scheduled messages of one shard.
 //
 //	KEYS[1..4] as cancelScript (it writes no tombstones)
+//	KEYS[5] fardir, KEYS[6] farmeta, KEYS[6+j] fidx:<h> of id j: when the
+//	far tier is on, a message live far is cancelled there
 //	ARGV ids (at most maxCancelMany)
 //
 // Returns one status per id, as cancelScript's: 1 cancelled, 0 not
 // scheduled here, -1 in flight. Complexity: O(n log N).
-var cancelManyScript = redis.NewScript(cancelOne + `
+var cancelManyScript = redis.NewScript(cancelOne + farPrelude + `
 local out = {}
-for j, id in ipairs(ARGV) do out[j] = cancel_one(id) end
+for j, id in ipairs(ARGV) do
+  out[j] = cancel_one(id)
+  if out[j] == 0 and KEYS[6 + j] then
+    local b = far_live(KEYS[6 + j], KEYS[5], id)
+    if b then
+      far_forget(KEYS[6 + j], KEYS[6], id, b)
+      out[j] = 1
+    end
+  end
+end
 return out
 `)
 
