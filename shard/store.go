@@ -639,8 +639,22 @@ func (s *Store) CancelAhead(ctx context.Context, i int, id string, window time.D
 }
 
 // Reschedule moves the due time of a scheduled message of shard i; mode is
-// "delay" (ms after Redis TIME) or "at" (absolute unix ms).
+// "delay" (ms after Redis TIME) or "at" (absolute unix ms). It looks near,
+// then far, then near again when the far tier is on: a promotion between
+// the first two looks moves the message near (never back), where the
+// third finds it.
 func (s *Store) reschedule(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
+	due, err := s.rescheduleOnce(ctx, i, id, mode, ms)
+	if errors.Is(err, ErrNotFound) {
+		if _, far, ferr := s.farSettings(ctx); ferr == nil && far {
+			return s.rescheduleOnce(ctx, i, id, mode, ms)
+		}
+	}
+	return due, err
+}
+
+// rescheduleOnce is reschedule's one look at each tier.
+func (s *Store) rescheduleOnce(ctx context.Context, i int, id, mode string, ms int64) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	v, err := s.run1(ctx, rescheduleScript, []string{ks.Due, ks.Inflight, ks.Attempts},
 		id, mode, ms, s.wake, i).Slice()
@@ -710,8 +724,21 @@ type Info struct {
 	farEnvelope []byte // its record's envelope, as stored (Far)
 }
 
-// Inspect reports the state of message id in shard i.
+// Inspect reports the state of message id in shard i. With the far tier
+// on, a message found nowhere is looked for once more: a promotion between
+// the look near and the look far moves it near (never back).
 func (s *Store) Inspect(ctx context.Context, i int, id string) (Info, error) {
+	info, err := s.inspectOnce(ctx, i, id)
+	if err == nil && info.State == StateUnknown {
+		if _, far, ferr := s.farSettings(ctx); ferr == nil && far {
+			return s.inspectOnce(ctx, i, id)
+		}
+	}
+	return info, err
+}
+
+// inspectOnce is Inspect's one look at each tier.
+func (s *Store) inspectOnce(ctx context.Context, i int, id string) (Info, error) {
 	ks := ShardKeys(s.ns, i)
 	v, err := s.run1(ctx, inspectScript,
 		[]string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason}, id).Slice()
