@@ -351,6 +351,12 @@
 //     early. Two processes promoting one bucket at once (a membership
 //     change) only skip each other's records; a lease (farlease:<b>, SET
 //     NX PX 30 s) keeps that rare.
+//   - At Redis's maxmemory promotion is refused (ErrRedisFull; the
+//     lease's SET is its first write) and the bucket waits far: a near
+//     message costs more memory than a far one, and the horizon is the
+//     slack while deliveries free memory (TestFarPromotionWithRedisFull).
+//     A Redis Cluster holds a shard's far keys in the shard's slot, like
+//     the rest of it (TestFarTierOnCluster).
 //   - A record that does not decode goes to the dead set, with its reason,
 //     when its id can be read and the index still names its bucket; the
 //     rest of its bucket is promoted. One whose id cannot be read is

@@ -379,6 +379,12 @@ func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, erro
 			return p, fmt.Errorf("promote shard %d: bucket %q in %s is not a number", i, z.Member, fk.dir())
 		}
 		ok, err := s.rdb.SetNX(ctx, fk.lease(b), "1", farLease).Result()
+		if isOutOfMemory(err) {
+			// Promotion needs memory (a near message costs more than a far
+			// one): at maxmemory the bucket waits, its messages far, until
+			// deliveries free some. The horizon is the slack.
+			err = s.redisFull(ctx, err)
+		}
 		if err != nil {
 			return p, fmt.Errorf("promote shard %d bucket %d: %w", i, b, err)
 		}
