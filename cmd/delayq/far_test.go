@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/balance"
@@ -185,5 +186,41 @@ func TestFarTierFromTheCLI(t *testing.T) {
 	}, func() string { out, _, _ := w.delayq("", "far"); return "far messages were not promoted: " + out })
 	if out, _, code = w.delayq("", "list", "--prefix", farID); code != 0 || strings.Contains(out, " far ") || !strings.Contains(out, " near ") {
 		t.Fatalf("list after off: exit %d %q", code, out)
+	}
+}
+
+// TestConsoleShowsFarMessages: in headless Chromium, the overview counts
+// the messages waiting far, and the Scheduled page lists a far message
+// in its place, marked far.
+func TestConsoleShowsFarMessages(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := browser(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	must(t, store.EnableFar(context.Background(), shard.FarSettings{Horizon: time.Hour, BucketWidth: 10 * time.Minute, Since: 1}))
+	for _, c := range []struct{ id, delay string }{{"soon-1", "30m"}, {"trial-end-7", "72h"}} {
+		if _, e, code := w.delayq("", "enqueue", "--id", c.id, "--topic", "t", "--delay", c.delay); code != 0 {
+			t.Fatal(e)
+		}
+	}
+	base := w.serve(t)
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("totals"))))
+	far, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("t-far")))
+	must(t, err)
+	scheduled, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("t-scheduled")))
+	must(t, err)
+	if far != "1" || scheduled != "1" {
+		t.Errorf("overview: far %q, scheduled %q; want 1 and 1", far, scheduled)
+	}
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/scheduled"), chromedp.WaitVisible(chromedp.ID("scheduled"))))
+	rows, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#scheduled tbody")))
+	must(t, err)
+	if i, j := strings.Index(rows, "soon-1"), strings.Index(rows, "trial-end-7"); i < 0 || j < i || strings.Count(rows, "far") != 1 ||
+		!strings.Contains(rows[j:], "far") {
+		t.Errorf("scheduled page rows:\n%s\nwant soon-1, then trial-end-7 marked far", rows)
 	}
 }

@@ -62,7 +62,7 @@
     fetch("/ui/stats", { credentials: "same-origin" }).then(function (r) { return r.ok ? r.json() : null; }).then(function (s) {
       if (!s) { return; }
       set("t-scheduled", s.total.scheduled); set("t-due", s.total.due_now); set("t-inflight", s.total.in_flight);
-      set("t-dead", s.total.dead); set("t-overdue", dur(s.total.oldest_overdue_seconds));
+      set("t-dead", s.total.dead); set("t-overdue", dur(s.total.oldest_overdue_seconds)); set("t-far", s.total.far || 0);
       shardRows("#shards tbody", s.shards);
       if (document.getElementById("busiest")) { // many shards: the busiest and the spread, as console/shards.go has them
         shardRows("#busiest tbody", s.shards.slice().sort(function (a, b) {
