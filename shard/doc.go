@@ -266,7 +266,10 @@
 //	fardir      ZSET b -> bucket start: the buckets that exist
 //	farmeta     HASH seq (the last sequence number), live (far messages
 //	            of the shard), live:<b> (of bucket b), sealed:<b>
-//	            (promotion under way: no more appends)
+//	            (promotion under way: no more appends), kind (a value
+//	            long enough to keep it a hash table: placement reads and
+//	            writes dozens of its fields a call, each a scan of the
+//	            whole hash in a listpack)
 //	farlease:<b> STRING the promoter's lease on bucket b (SET NX PX 30 s)
 //	farcompact  ZSET b -> bucket start: buckets with a block's worth of raw
 //	            records, for the compactor (farcompact.go)
@@ -388,19 +391,23 @@
 // 100-byte JSON bodies, ids of 16 random hex digits, due at random over
 // 10 hours a day out): 358 bytes a message near, 202 far before
 // compaction and 94 after (the target: 120); far placement 53,118
-// messages a second against 121,688 near, and 63,000-75,000 against
-// 89,000-103,000 when a batch's messages share a bucket (go test -run XXX
-// -bench 'BenchmarkEnqueue/batch=500' -benchtime 200x -count 3 ./shard/:
-// a bucket's writes are shared by the messages of a call that go to
-// it). TestFarPromotionSurvivesKills promotes 200,000 far messages while
-// a scanner is SIGKILLed every half second.
+// messages a second against 121,688 near. Redis CPU per message (go test
+// -run XXX -bench 'BenchmarkEnqueue/batch=500' -benchtime 200x -count 3
+// ./shard/, batches of 500 over 16 shards): near 6.8-7.5 µs, far in one
+// bucket 8.0-9.3, far over 60 buckets 15.1-18.1 (16.7-20.1 while farmeta
+// was a listpack). A bucket's writes (its RPUSH, its counts) are shared
+// by the messages of a call that go to it; spread over many buckets, a
+// message pays them alone, about 2 µs of Redis for the RPUSH and as much
+// in Lua around it (INFO commandstats). TestFarPromotionSurvivesKills
+// promotes 200,000 far messages while a scanner is SIGKILLed every half
+// second.
 //
 // A recurring schedule's next occurrence always waits in the due set: a
 // schedule has one pending occurrence at a time, so there is nothing worth
 // moving far.
 //
 // Not yet: enqueue at the near rate when a batch spreads over many
-// buckets.
+// buckets (about half of it now, above).
 //
 // # Packages
 //

@@ -104,6 +104,10 @@ end
 //     (farcompact: farcompact.go).
 const farPlace = `
 local function far_begin(dir, meta, compact, block, n, w, h, cap, since, ids, buckets)
+  -- A value longer than hash-max-listpack-value keeps farmeta a hash
+  -- table: its per-bucket fields are read and written dozens at a time,
+  -- which in a listpack is a scan of the whole hash for each.
+  redis.call('HSETNX', meta, 'kind', 'the far tier counts of one shard (a hash table: fields are read dozens at a time)')
   local st = {dir = dir, meta = meta, compact = compact, block = block, w = w, h = h, cap = cap, since = since,
     seq = redis.call('HINCRBY', meta, 'seq', n) - n, tombs = redis.call('EXISTS', KEYS[8]) == 1,
     near = redis.call('HMGET', KEYS[2], unpack(ids)),
@@ -115,10 +119,17 @@ local function far_begin(dir, meta, compact, block, n, w, h, cap, since, ids, bu
       fields[#fields + 1] = bs
     end
   end
-  local sealed = {}
-  for j, bs in ipairs(fields) do sealed[j] = 'sealed:' .. bs end
-  sealed = redis.call('HMGET', meta, unpack(sealed))
-  for j, bs in ipairs(fields) do st.sealed[bs] = sealed[j] ~= false end
+  -- sealed:<b> and live:<b> of each bucket, in one read: a bucket with a
+  -- live count is in the directory already (the two are written and
+  -- deleted together), so far_end adds only the new ones.
+  local ask = {}
+  for j, bs in ipairs(fields) do ask[2 * j - 1], ask[2 * j] = 'sealed:' .. bs, 'live:' .. bs end
+  local got = redis.call('HMGET', meta, unpack(ask))
+  st.listed = {}
+  for j, bs in ipairs(fields) do
+    st.sealed[bs] = got[2 * j - 1] ~= false
+    st.listed[bs] = got[2 * j] ~= false
+  end
   if cap > 0 then
     st.held = redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3]) + (tonumber(redis.call('HGET', meta, 'live')) or 0)
   end
@@ -210,10 +221,10 @@ local function far_end(st)
   -- each: live, then live:<b> for each bucket.
   local dirs, fields, adds = {}, {'live'}, {st.nlive}
   for bs, start in pairs(st.starts) do
-    dirs[#dirs + 1], dirs[#dirs + 2] = string.format('%d', start), bs
+    if not st.listed[bs] then dirs[#dirs + 1], dirs[#dirs + 2] = string.format('%d', start), bs end
     fields[#fields + 1], adds[#adds + 1] = 'live:' .. bs, st.live[bs]
   end
-  redis.call('ZADD', st.dir, unpack(dirs))
+  if #dirs > 0 then redis.call('ZADD', st.dir, unpack(dirs)) end
   local had = redis.call('HMGET', st.meta, unpack(fields))
   local set = {}
   for j, f in ipairs(fields) do set[2 * j - 1], set[2 * j] = f, (tonumber(had[j]) or 0) + adds[j] end
