@@ -33,6 +33,7 @@ type config struct {
 	idleFor     time.Duration
 	burst       int
 	memory      int
+	far         int
 	backlog     int
 	ceilingMsgs int
 	batches     []int
@@ -60,6 +61,7 @@ func main() {
 	flag.DurationVar(&c.idleFor, "idle", 60*time.Second, "length of the idle measurement")
 	flag.IntVar(&c.burst, "burst", 1_000_000, "messages due at the same millisecond in the burst")
 	flag.IntVar(&c.memory, "memory", 1_000_000, "pending messages for the memory measurement")
+	flag.IntVar(&c.far, "far", 300_000, "far messages promoted during the far scenario's steady run")
 	flag.StringVar(&c.profileDir, "profile", "", "steady and saturated runs: save each scanner's CPU and block profiles over the stationary window "+
 		"(the first 2 s of a drain), and Redis's commandstats and latency events, in this directory")
 	flag.IntVar(&c.consolePending, "console-pending", 10_000_000, "pending messages (over 256 shards) behind the console and API timings")
@@ -73,7 +75,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,bulk,ingress,console,flow,schedules,tracing; ab, with -before, only when named); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,far,bulk,ingress,console,flow,schedules,tracing; ab, with -before, only when named); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
 	flag.StringVar(&c.before, "before", "", "flow, tracing and ab scenarios: a delayq binary of another build (the one before a change or feature), for the A/B "+
@@ -108,6 +110,7 @@ func main() {
 	if c.quick {
 		c.steadyFor, c.idleFor = 6*time.Second, 10*time.Second
 		c.burst, c.memory, c.backlog, c.ceilingMsgs = 30_000, 50_000, 10_000, 20_000
+		c.far = 50_000
 		c.consolePending = 200_000
 		c.schedules = 10_000
 		c.scanners = []int{1, 2}
@@ -170,15 +173,17 @@ type results struct {
 	Burst     []burstResult     `json:"burst"`
 	Idle      *idleResult       `json:"idle,omitempty"`
 	Memory    *memoryResult     `json:"memory,omitempty"`
-	Bulk      *bulkResult       `json:"bulk,omitempty"`
-	Ingress   *ingressResult    `json:"ingress,omitempty"`
-	Console   *consoleResult    `json:"console,omitempty"`
-	Flow      *flowResult       `json:"flow,omitempty"`
-	Schedules *schedulesResult  `json:"schedules,omitempty"`
-	Tracing   *tracingResult    `json:"tracing,omitempty"`
-	AB        *abResult         `json:"ab,omitempty"`
-	Targets   []target          `json:"targets"`
-	Notes     []string          `json:"notes,omitempty"`
+	// FarLateness: a steady load with and without far buckets promoted.
+	FarLateness *farLatenessResult `json:"far_lateness,omitempty"`
+	Bulk        *bulkResult        `json:"bulk,omitempty"`
+	Ingress     *ingressResult     `json:"ingress,omitempty"`
+	Console     *consoleResult     `json:"console,omitempty"`
+	Flow        *flowResult        `json:"flow,omitempty"`
+	Schedules   *schedulesResult   `json:"schedules,omitempty"`
+	Tracing     *tracingResult     `json:"tracing,omitempty"`
+	AB          *abResult          `json:"ab,omitempty"`
+	Targets     []target           `json:"targets"`
+	Notes       []string           `json:"notes,omitempty"`
 }
 
 type target struct {
@@ -266,6 +271,21 @@ func (r *results) print(w *os.File) {
 		fmt.Fprintf(tw, "%d pending, %d-byte bodies, ids up to %d bytes\t%.0f bytes each (body + id + %.0f)\t\n", m.Messages, m.BodyBytes, m.IDBytes,
 			m.BytesPerMessage, m.BytesPerMessage-float64(m.BodyBytes+m.IDBytes))
 		fmt.Fprintf(tw, "MEMORY USAGE per message: due ZSET, msg hash (envelope)\t%.0f, %.0f (%.0f)\t\n", m.DueBytes, m.MsgBytes, m.EnvelopeBytes)
+	}
+	if f := r.FarLateness; f != nil {
+		fmt.Fprintf(tw, "\nFAR TIER (the same steady near load twice, k=%d, 2 scanners; %d far messages promoted during the second)\tnear msg/s\tp50 / p99 / max lateness\tCPU a message\t\n",
+			f.With.Batch, f.Promoted)
+		for _, row := range []struct {
+			name string
+			s    steadyResult
+		}{{"without promotion", f.Without}, {"while far buckets are promoted", f.With}} {
+			cpu := "-"
+			if row.s.CPU != nil {
+				cpu = fmt.Sprintf("%.1f µs", row.s.CPU.TotalBusy*1e6/row.s.Dispatch)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s / %s / %s\t%s\t\n", row.name, row.s.Dispatch, ms(row.s.P50), ms(row.s.P99), ms(row.s.Max), cpu)
+		}
+		fmt.Fprintf(tw, "far placement before the run\t%.0f/s\t\t\t\n", f.FillRate)
 	}
 	if f := r.Flow; f != nil && len(f.Stages) > 0 {
 		fmt.Fprintf(tw, "\nFLOW CONTROL (an unlimited topic at %.0f/s, 2 scanners, k=1; beside it a topic with %.0f/s of work)\tp99 at the consumer, each round\tclaims' p99 (<= bucket)\tconfirm p99 (<= bucket)\t\n",

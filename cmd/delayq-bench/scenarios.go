@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"ab", b.ab}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"ab", b.ab}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] || c.only == nil && step.name == "ab" {
 			continue
@@ -865,7 +865,14 @@ const (
 // steadyRun: an open-loop producer enqueues rate msg/s, each due 1-5 s
 // later, for c.steadyFor; the run ends when all are delivered.
 func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float64) (steadyResult, error) {
-	ns := b.namespace("steady")
+	return b.steadyRunWith(ctx, "steady", k, scanners, load, rate, b.c.steadyFor, nil)
+}
+
+// steadyRunWith is steadyRun for runFor, in a namespace named after what,
+// with prep (when not nil) run on the namespace before the fleet starts.
+func (b *bench) steadyRunWith(ctx context.Context, what string, k, scanners int, load, rate float64, runFor time.Duration,
+	prep func(ns string, st *shard.Store) error) (steadyResult, error) {
+	ns := b.namespace(what)
 	res := steadyResult{Batch: k, Scanners: scanners, Load: load, Rate: rate}
 	t := newTally()
 	stop, err := b.consume(ctx, ns, t)
@@ -873,6 +880,15 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 		return res, err
 	}
 	defer stop()
+	if prep != nil {
+		st, err := shard.NewStore(b.rdb, ns)
+		if err != nil {
+			return res, err
+		}
+		if err := prep(ns, st); err != nil {
+			return res, err
+		}
+	}
 	var extra []string
 	if b.c.profileDir != "" {
 		extra = append(extra, "DELAYQ_PPROF=true")
@@ -892,7 +908,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	var w0 window
 	start := time.Now()
 	sent, enqErr := openLoop(ctx, prod, ns, rate, start, func(el time.Duration) bool {
-		if el > b.c.steadyFor {
+		if el > runFor {
 			return false
 		}
 		if w0.at.at.IsZero() && el >= 5*time.Second {
@@ -901,7 +917,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 			}
 			if b.c.profileDir != "" {
 				name := fmt.Sprintf("steady-k%d-s%d-load%.0f", k, scanners, 100*load)
-				profiles.Go(func() { b.profile(ctx, f, name, b.c.steadyFor-el) })
+				profiles.Go(func() { b.profile(ctx, f, name, runFor-el) })
 			}
 		}
 		return true
@@ -933,7 +949,7 @@ func (b *bench) steadyRun(ctx context.Context, k, scanners int, load, rate float
 	res.Missing = int64(sent - len(t.seen))
 	// Dispatch rate in the stationary window: from 5 s after the producer
 	// started (every delay of 1-5 s is in play) to 1 s after it stopped.
-	from, to := start.Add(5*time.Second), start.Add(b.c.steadyFor+time.Second)
+	from, to := start.Add(5*time.Second), start.Add(runFor+time.Second)
 	if to.Sub(from) >= time.Second {
 		n := 0
 		for _, at := range t.at {
