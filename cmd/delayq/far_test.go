@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,4 +224,108 @@ func TestConsoleShowsFarMessages(t *testing.T) {
 		!strings.Contains(rows[j:], "far") {
 		t.Errorf("scheduled page rows:\n%s\nwant soon-1, then trial-end-7 marked far", rows)
 	}
+}
+
+// TestFarPromotionAcrossResize: three scanner processes, a producer placing
+// far messages all the time (a horizon of 3 s, buckets of 0.5 s), and M
+// changed 8 -> 16 -> 8 from Consul while buckets placed under each M are
+// promoted. Every message arrives once as a first delivery, none early,
+// each with the due time it was given: the scanners promote the shards up
+// to the high-water mark, so the far buckets an older M filled are
+// promoted like the others.
+func TestFarPromotionAcrossResize(t *testing.T) {
+	w := newWorld(t, 16)
+	key := w.withConsul(t)
+	w.consume()
+	w.setM(8)
+	for range 3 {
+		w.scan()
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prod, layout := w.consulProducer(t, consul.Client(), key, rdb)
+	store, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	must(t, store.EnableFar(context.Background(), shard.FarSettings{Horizon: 3 * time.Second, BucketWidth: 500 * time.Millisecond, IndexSlots: 256, Since: 1}))
+
+	// Batches of 500 every 100 ms, each due 4-8 s after it is sent: far
+	// when placed, promoted 1-5 s later.
+	var mu sync.Mutex
+	due := map[string]int64{}
+	far := 0
+	stop := make(chan struct{})
+	var producer sync.WaitGroup
+	producer.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // a steady producer, not a wait
+			}
+			msgs := make([]shard.Message, 500)
+			for i := range msgs {
+				msgs[i] = shard.Message{ID: fmt.Sprintf("fr-%d-%d", n, i), Exchange: w.exchange, RoutingKey: "rk", Body: []byte("x"),
+					Delay: 4*time.Second + time.Duration(rand.Int64N(int64(4*time.Second)))}
+			}
+			res, err := prod.EnqueueBatch(context.Background(), msgs)
+			if err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, r := range res {
+				if r.Err != nil {
+					t.Errorf("enqueue %s: %v", r.ID, r.Err)
+					continue
+				}
+				due[r.ID] = r.Due.UnixMilli()
+			}
+			mu.Unlock()
+			var live int64
+			for i := range 16 {
+				v, _ := rdb.HGet(context.Background(), shard.FarMetaKeyOf(w.ns, i), "live").Int64()
+				live += v
+			}
+			mu.Lock()
+			far = max(far, int(live))
+			mu.Unlock()
+		}
+	})
+	for _, m := range []int{16, 8} {
+		time.Sleep(2 * time.Second) // far buckets fill under each M, by design
+		w.setM(m)
+		shardtest.WaitFor(t, 5*time.Second, func() bool { n, err := layout.ShardCount(); return err == nil && n == m },
+			func() string { return fmt.Sprintf("producer did not see M=%d", m) })
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	producer.Wait()
+	mu.Lock()
+	ids := make([]string, 0, len(due))
+	for id := range due {
+		ids = append(ids, id)
+	}
+	peak := far
+	mu.Unlock()
+	if peak < len(ids)/10 {
+		t.Fatalf("at most %d of %d messages waited far at once: the test proves nothing", peak, len(ids))
+	}
+	w.waitDelivered(ids, 90*time.Second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		firsts := 0
+		for _, r := range w.got[id] {
+			if r.dueMs != due[id] {
+				t.Errorf("%s delivered as due %d, enqueued due %d", id, r.dueMs, due[id])
+			}
+			if r.attempt == 1 {
+				firsts++
+			}
+		}
+		if firsts != 1 {
+			t.Errorf("%s delivered %d times as a first delivery", id, firsts)
+		}
+	}
+	t.Logf("%d far messages placed while M went 8 -> 16 -> 8 (up to %d far at once), all delivered once", len(ids), peak)
 }
