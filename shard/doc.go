@@ -342,8 +342,10 @@
 //   - Promotion, without a leader: each process promotes the shards it
 //     takes the wake-ups of (scanner's affinity), and every shard when the
 //     membership is unknown, every few seconds: a bucket whose start is
-//     within H of now is sealed (farmeta sealed:<b>; placement sends that
-//     time near from then on), its records read back in pages of 256 and
+//     within H of now, less the shard's stagger (up to min(W, H/2), so
+//     that the shards promote a bucket over its width instead of all in
+//     one burst: far.go, farStagger), is sealed (farmeta sealed:<b>;
+//     placement sends that time near from then on), its records read back in pages of 256 and
 //     decoded in Go, and handed to the promote script in calls of at most
 //     64 records: a record moves to the due ZSET and msg hash only when
 //     its index entry still says "<b>:<seq>", and the entry is deleted in

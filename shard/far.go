@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -341,6 +342,20 @@ const (
 	farLease       = 30 * time.Second
 )
 
+// farStagger is how much later than the horizon shard i's buckets are
+// promoted: a fraction of min(W, H/2) set by the shard (its index times
+// the golden ratio, modulo 1, so any number of shards spreads evenly).
+// Every shard's bucket b comes within the horizon at the same moment; the
+// stagger spreads their promotions over a bucket's width instead of one
+// burst of the whole fleet's bucket at that moment, which the near
+// messages due meanwhile wait behind. The slack before a bucket's start
+// stays at least half the horizon. Placement is unchanged: a message whose
+// bucket is within the horizon goes near, promoted or not.
+func farStagger(i int, fs FarSettings) time.Duration {
+	spread := min(fs.BucketWidth, fs.Horizon/2)
+	return time.Duration(math.Mod(float64(i)*0.6180339887498949, 1) * float64(spread))
+}
+
 // Promotion is what PromoteDue did in one shard.
 type Promotion struct {
 	Buckets  int     // buckets promoted and dropped
@@ -352,7 +367,7 @@ type Promotion struct {
 }
 
 // PromoteDue promotes the buckets of shard i that start within the
-// horizon of now, at most max of them (doc.go: sealed, read in pages,
+// horizon of now (less the shard's stagger, farStagger), at most max of them (doc.go: sealed, read in pages,
 // moved in calls of farPromoteCall, dropped). Only one process works on a
 // bucket at a time (a lease); another finds it taken and skips it. It
 // does nothing when the tier is off.
@@ -368,7 +383,7 @@ func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, erro
 		return p, fmt.Errorf("promote shard %d: %w", i, err)
 	}
 	bs, err := s.rdb.ZRangeByScoreWithScores(ctx, fk.dir(), &redis.ZRangeBy{
-		Min: "-inf", Max: "(" + strconv.FormatInt(now.Add(fs.Horizon).UnixMilli(), 10), Count: int64(max)}).Result()
+		Min: "-inf", Max: "(" + strconv.FormatInt(now.Add(fs.Horizon-farStagger(i, fs)).UnixMilli(), 10), Count: int64(max)}).Result()
 	if err != nil {
 		return p, fmt.Errorf("promote shard %d: %w", i, err)
 	}

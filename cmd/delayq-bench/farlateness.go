@@ -28,6 +28,7 @@ type farLatenessResult struct {
 
 const (
 	farBenchHorizon = 2 * time.Minute
+	farBenchWidth   = 5 * time.Second // three buckets a shard over the 15 s the far messages span
 	farBenchFor     = 30 * time.Second
 	farBenchLoad    = 0.3 // of the shared-core limit (d)
 )
@@ -51,7 +52,7 @@ func (b *bench) farLateness(ctx context.Context) error {
 		var st *shard.Store
 		s, err := b.steadyRunWith(ctx, "far", k, 2, farBenchLoad, rate, farBenchFor, func(ns string, s *shard.Store) error {
 			st = s
-			if err := s.EnableFar(ctx, shard.FarSettings{Horizon: farBenchHorizon, BucketWidth: time.Second, Since: 1}); err != nil {
+			if err := s.EnableFar(ctx, shard.FarSettings{Horizon: farBenchHorizon, BucketWidth: farBenchWidth, Since: 1}); err != nil {
 				return err
 			}
 			if !promote {

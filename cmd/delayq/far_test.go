@@ -191,8 +191,10 @@ func TestFarTierFromTheCLI(t *testing.T) {
 }
 
 // TestConsoleShowsFarMessages: in headless Chromium, the overview counts
-// the messages waiting far, and the Scheduled page lists a far message
-// in its place, marked far.
+// the messages waiting far, the Scheduled page lists a far message in its
+// place, marked far, and the Far page shows the tier and turns it off
+// after a confirmation (an admin's), after which the far message is
+// promoted.
 func TestConsoleShowsFarMessages(t *testing.T) {
 	w := newWorld(t, 2)
 	ctx := browser(t)
@@ -208,7 +210,7 @@ func TestConsoleShowsFarMessages(t *testing.T) {
 	}
 	base := w.serve(t)
 	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), consoleRead), chromedp.Click(chromedp.ID("signin")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
 		chromedp.WaitVisible(chromedp.ID("totals"))))
 	far, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("t-far")))
 	must(t, err)
@@ -224,6 +226,24 @@ func TestConsoleShowsFarMessages(t *testing.T) {
 		!strings.Contains(rows[j:], "far") {
 		t.Errorf("scheduled page rows:\n%s\nwant soon-1, then trial-end-7 marked far", rows)
 	}
+	scanner := w.scan() // the promoter, once the tier is off
+	must(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("nav-far")), chromedp.WaitVisible(chromedp.ID("far-status"))))
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("far-state")))
+	must(t, err)
+	count, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("far-count")))
+	must(t, err)
+	if state != "on" || count != "1" {
+		t.Errorf("far page: state %q, %q far; want on, 1", state, count)
+	}
+	must(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("far-turn-off")), chromedp.WaitVisible(chromedp.ID("question")),
+		chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("done"))))
+	if state, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("far-state"))); err != nil || state != "turned-off" {
+		t.Errorf("after turning off: state %q, %v", state, err)
+	}
+	shardtest.WaitFor(t, 20*time.Second, func() bool {
+		out, _, _ := w.delayq("", "inspect", "--json", "trial-end-7")
+		return strings.Contains(out, `"state": "scheduled"`) && !strings.Contains(out, `"far": true`)
+	}, func() string { return "trial-end-7 was not promoted: " + scanner.log.String() })
 }
 
 // TestFarPromotionAcrossResize: three scanner processes, a producer placing

@@ -124,6 +124,8 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))
 	c.mux.HandleFunc("GET /flows", c.page(httpapi.RoleRead, c.flows))
 	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleAdmin, c.flowAction))
+	c.mux.HandleFunc("GET /far", c.page(httpapi.RoleRead, c.farPage))
+	c.mux.HandleFunc("POST /far", c.page(httpapi.RoleAdmin, c.farAction))
 	c.mux.HandleFunc("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
 	c.mux.HandleFunc("POST /schedules", c.page(httpapi.RoleAdmin, c.scheduleAction))
 	return c, nil

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,40 +43,49 @@ func FarOf(st shard.FarStatus) Far {
 	return v
 }
 
-func (a *API) far(w http.ResponseWriter, r *http.Request) {
-	n, err := a.o.Shards(r.Context())
+// ReadFar reads the far tier's status over every shard that may hold
+// messages.
+func (a *API) ReadFar(ctx context.Context) (Far, error) {
+	n, err := a.o.Shards(ctx)
 	if err != nil {
-		a.fail(w, err)
-		return
+		return Far{}, err
 	}
-	st, err := a.o.Store.FarStatus(r.Context(), n)
+	st, err := a.o.Store.FarStatus(ctx, n)
 	if err != nil {
-		a.fail(w, err)
-		return
+		return Far{}, err
 	}
-	writeJSON(w, http.StatusOK, FarOf(st))
+	return FarOf(st), nil
 }
 
-// setFar turns the tier on (or changes its horizon) or off:
-// {"on": true, "horizon": "1h", "bucket_width": "10m", "index_slots": 4096}
-// or {"on": false}. 409 while a live scanner cannot promote far messages.
-func (a *API) setFar(w http.ResponseWriter, r *http.Request) {
-	b := readBody(w, r, 4<<10)
-	if b == nil {
-		return
+// FarRequest turns the far tier on (with its settings, Go durations; ""
+// and 0 keep or default them) or off, as PUT /v1/far and the console
+// send it.
+type FarRequest struct {
+	On          *bool  `json:"on"`
+	Horizon     string `json:"horizon"`
+	BucketWidth string `json:"bucket_width"`
+	IndexSlots  int    `json:"index_slots"`
+}
+
+// ChangeFar applies req, writes the audit line (via, who) and returns the
+// tier's status after it. Bad input is a *shard.InvalidError naming the
+// field; a live scanner of an older release, shard.ErrFarNotSupported.
+func (a *API) ChangeFar(ctx context.Context, via, who string, req FarRequest) (Far, error) {
+	err := a.changeFar(ctx, req)
+	action := "far off"
+	if req.On != nil && *req.On {
+		action = "far on"
 	}
-	var req struct {
-		On          *bool  `json:"on"`
-		Horizon     string `json:"horizon"`
-		BucketWidth string `json:"bucket_width"`
-		IndexSlots  int    `json:"index_slots"`
+	Audit(a.o.Log, via, who, action, "far tier", err)
+	if err != nil {
+		return Far{}, err
 	}
-	if !decodeStrict(w, b, &req) {
-		return
-	}
+	return a.ReadFar(ctx)
+}
+
+func (a *API) changeFar(ctx context.Context, req FarRequest) error {
 	if req.On == nil {
-		problem(w, http.StatusBadRequest, "invalid on", "say on: true or on: false", "on")
-		return
+		return &shard.InvalidError{Field: "on", Reason: "say on: true or on: false"}
 	}
 	var fs shard.FarSettings
 	for _, d := range []struct {
@@ -87,25 +97,43 @@ func (a *API) setFar(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := time.ParseDuration(d.v)
 		if err != nil || v <= 0 || !*req.On {
-			problem(w, http.StatusBadRequest, "invalid "+d.field, fmt.Sprintf("%q: a positive duration such as 1h, with on: true", d.v), d.field)
-			return
+			return &shard.InvalidError{Field: d.field, Reason: fmt.Sprintf("%q: a positive duration such as 1h, with on: true", d.v)}
 		}
 		*d.to = v
 	}
 	if req.IndexSlots < 0 || req.IndexSlots > 0 && !*req.On {
-		problem(w, http.StatusBadRequest, "invalid index_slots", fmt.Sprintf("%d: a positive count, with on: true", req.IndexSlots), "index_slots")
-		return
+		return &shard.InvalidError{Field: "index_slots", Reason: fmt.Sprintf("%d: a positive count, with on: true", req.IndexSlots)}
 	}
 	fs.IndexSlots = req.IndexSlots
-	var err error
-	action := "far off"
 	if *req.On {
-		action = "far on"
-		err = a.o.Store.TurnFarOn(r.Context(), fs)
-	} else {
-		err = a.o.Store.TurnFarOff(r.Context())
+		return a.o.Store.TurnFarOn(ctx, fs)
 	}
-	a.audit(r, action, "far tier", err)
+	return a.o.Store.TurnFarOff(ctx)
+}
+
+func (a *API) far(w http.ResponseWriter, r *http.Request) {
+	v, err := a.ReadFar(r.Context())
+	if err != nil {
+		a.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// setFar turns the tier on (or changes its horizon) or off:
+// {"on": true, "horizon": "1h", "bucket_width": "10m", "index_slots": 4096}
+// or {"on": false}. 409 while a live scanner cannot promote far messages.
+func (a *API) setFar(w http.ResponseWriter, r *http.Request) {
+	b := readBody(w, r, 4<<10)
+	if b == nil {
+		return
+	}
+	var req FarRequest
+	if !decodeStrict(w, b, &req) {
+		return
+	}
+	who, _ := r.Context().Value(holderKey{}).(string)
+	v, err := a.ChangeFar(r.Context(), "api", who, req)
 	if errors.Is(err, shard.ErrFarNotSupported) {
 		problem(w, http.StatusConflict, "a scanner cannot promote far messages", err.Error(), "on")
 		return
@@ -114,5 +142,5 @@ func (a *API) setFar(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	a.far(w, r)
+	writeJSON(w, http.StatusOK, v)
 }
