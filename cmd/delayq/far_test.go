@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -348,4 +349,54 @@ func TestFarPromotionAcrossResize(t *testing.T) {
 		}
 	}
 	t.Logf("%d far messages placed while M went 8 -> 16 -> 8 (up to %d far at once), all delivered once", len(ids), peak)
+}
+
+// TestFarBulkCancelSurvivesItsCaller: 40,000 of 80,000 far messages (an id
+// prefix) are cancelled in bulk; the first `delayq clear` is SIGKILLed after
+// its 100th page (a page is a far bucket here), the same command run again
+// ends with the exact total, a dry run then finds none, and every other
+// far message is still there.
+func TestFarBulkCancelSurvivesItsCaller(t *testing.T) {
+	w := newWorld(t, 8)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	must(t, store.EnableFar(context.Background(), shard.FarSettings{Horizon: time.Hour, BucketWidth: time.Minute, Since: 1}))
+	var in strings.Builder
+	for i := range 40_000 {
+		for _, prefix := range []string{"keep", "campaign-9"} {
+			fmt.Fprintf(&in, `{"id":"%s-%06d","exchange":%q,"routing_key":"rk","delay_ms":%d,"body":"x"}`+"\n",
+				prefix, i, w.exchange, 2*3600_000+(i%60)*60_000) // 2-3 h ahead, over 60 buckets
+		}
+	}
+	if out, e, code := w.delayq(in.String(), "enqueue", "-f", "-"); code != 0 || !strings.Contains(out, "enqueued 80000") {
+		t.Fatalf("enqueue: exit %d %s %s", code, out, e)
+	}
+	if st, err := store.FarStatus(context.Background(), 8); err != nil || st.Far != 80_000 {
+		t.Fatalf("far status %+v, %v; want 80000 far", st, err)
+	}
+	cmd := exec.Command(bin, "clear", "--prefix", "campaign-9-", "--yes")
+	cmd.Env = append(append([]string{}, w.env...), "DELAYQ_TEST_KILL_AT=page:100")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the first clear ended with %v, want SIGKILL after its 100th page:\n%s", err, out)
+	}
+	st, err := store.FarStatus(context.Background(), 8)
+	must(t, err)
+	if st.Far <= 40_000 || st.Far >= 80_000 {
+		t.Fatalf("%d far after the killed clear: want some of the campaign cancelled, not all", st.Far)
+	}
+	left := st.Far
+	stdout, e, code := w.delayq("", "clear", "--prefix", "campaign-9-", "--yes")
+	if code != 0 || !strings.Contains(stdout, "cancelled 40000 (") || !strings.Contains(stdout, "by an earlier run of this job") {
+		t.Fatalf("clear run again: exit %d %q %q, want cancelled 40000 with the earlier run's share", code, stdout, e)
+	}
+	if stdout, _, _ := w.delayq("", "clear", "--prefix", "campaign-9-", "--dry-run"); !strings.Contains(stdout, "would cancel 0 ") {
+		t.Errorf("a dry run after the clear: %s", stdout)
+	}
+	if st, err := store.FarStatus(context.Background(), 8); err != nil || st.Far != 40_000 {
+		t.Fatalf("far status after the clear %+v, %v; want the 40000 kept", st, err)
+	}
+	t.Logf("killed with %d of 80000 still far; run again: %s", left, strings.TrimSpace(stdout))
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
@@ -629,5 +631,49 @@ func TestIngressCancelRightBehindItsMessage(t *testing.T) {
 			t.Logf("%d scanners: %v cancels found their message, %v came first and won (all %d cancelled)",
 				n, o["cancelled"], o["cancelled_ahead"], pairs)
 		})
+	}
+}
+
+// TestIngressFarMessages: with the far tier on, a plugin-style message
+// whose x-delay is beyond the horizon waits far, its duplicate is refused
+// as for a near one, and an x-delayq-cancel published after it cancels
+// it there; a near one beside them is delivered as usual.
+func TestIngressFarMessages(t *testing.T) {
+	w := newWorld(t, 4)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	must(t, store.EnableFar(context.Background(), shard.FarSettings{Horizon: time.Hour, BucketWidth: 10 * time.Minute, Since: 1}))
+	s := newIngress(t, w)
+	p := w.scan(s.env)
+	threeHours := int32(3 * 3600 * 1000)
+	s.publish(t, amqp.Publishing{MessageId: "trial-end", Body: []byte("far"), Headers: amqp.Table{"x-delay": threeHours}})
+	s.publish(t, amqp.Publishing{MessageId: "trial-end", Body: []byte("again"), Headers: amqp.Table{"x-delay": threeHours}})
+	s.publish(t, amqp.Publishing{MessageId: "renewal", Body: []byte("far"), Headers: amqp.Table{"x-delay": threeHours}})
+	s.publish(t, amqp.Publishing{MessageId: "renewal", Headers: amqp.Table{"x-delayq-cancel": true}})
+	s.publish(t, amqp.Publishing{MessageId: "soon", Body: []byte("near"), Headers: amqp.Table{"x-delay": int32(300)}})
+	if got := collect(t, s.target, 1, 10*time.Second); len(got) != 1 || got[0].MessageId != "soon" {
+		t.Fatalf("delivered %d messages, want soon only", len(got))
+	}
+	prod := shard.NewProducer(store, balance.Static(4), shard.ProducerOptions{})
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		info, err := prod.Inspect(context.Background(), "trial-end")
+		gone, err2 := prod.Inspect(context.Background(), "renewal")
+		return err == nil && err2 == nil && info.Far && info.Envelope != nil && string(info.Envelope.Body) == "far" &&
+			gone.State == shard.StateUnknown
+	}, func() string {
+		info, _ := prod.Inspect(context.Background(), "trial-end")
+		gone, _ := prod.Inspect(context.Background(), "renewal")
+		return fmt.Sprintf("trial-end %+v, renewal %+v", info, gone)
+	})
+	m := p.scrape(t)
+	for _, want := range []string{
+		fmt.Sprintf(`delayq_ingress_messages_total{outcome="duplicate",queue=%q} 1`, s.inQueue),
+		fmt.Sprintf(`delayq_ingress_messages_total{outcome="cancelled",queue=%q} 1`, s.inQueue),
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
