@@ -409,7 +409,10 @@
 // moving far.
 //
 // Not yet: enqueue at the near rate when a batch spreads over many
-// buckets (about half of it now, above).
+// buckets (about half of it now, above); pacing a shard's promotion of a
+// bucket (each is promoted in one burst, which the near messages due
+// meanwhile wait behind: cmd/delayq-bench/README.md, "Memory"); a listing
+// that does not read a far bucket whole for each page that reaches it.
 //
 // # Packages
 //
