@@ -31,7 +31,9 @@ func TestFarTierOnCluster(t *testing.T) {
 	must(t, st.EnableFar(ctx, shard.FarSettings{Horizon: 2 * time.Second, BucketWidth: 500 * time.Millisecond, IndexSlots: 16, Since: 1}))
 	const m, n = 16, 6000
 	prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
-	start := time.Now().Add(3 * time.Second).Truncate(500 * time.Millisecond).Add(500 * time.Millisecond)
+	// Far enough that the buckets stay beyond the horizon and a bucket
+	// (where compaction works) however slow the placement is on a busy box.
+	start := time.Now().Add(8 * time.Second).Truncate(500 * time.Millisecond).Add(500 * time.Millisecond)
 	due := map[string]int64{}
 	var msgs []shard.Message
 	for j := range n {
@@ -78,7 +80,7 @@ func TestFarTierOnCluster(t *testing.T) {
 			delete(due, id)
 		}
 	}
-	shardtest.WaitFor(t, 15*time.Second, func() bool {
+	shardtest.WaitFor(t, 25*time.Second, func() bool {
 		for i := range m {
 			if _, err := st.PromoteDue(ctx, i, 10); err != nil {
 				t.Fatal(err)

@@ -203,7 +203,7 @@ func TestFarAcrossResize(t *testing.T) {
 	for i := range 60 {
 		id := fmt.Sprintf("r%d", i)
 		ids = append(ids, id)
-		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: 5 * time.Second}); err != nil {
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: id, Topic: "t", Delay: 8 * time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -226,10 +226,10 @@ func TestFarAcrossResize(t *testing.T) {
 				t.Fatalf("M=%d: inspect %s: %+v %v", m, id, info, err)
 			}
 		}
-		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: moved[0], Topic: "t", Delay: 5 * time.Second}); !errors.Is(err, shard.ErrDuplicate) {
+		if _, err := prod.Enqueue(b.ctx, shard.Message{ID: moved[0], Topic: "t", Delay: 8 * time.Second}); !errors.Is(err, shard.ErrDuplicate) {
 			t.Fatalf("M=%d: enqueue of far %s: %v, want a duplicate", m, moved[0], err)
 		}
-		if s, err := prod.Upsert(b.ctx, shard.Message{ID: moved[1], Topic: "t2", Delay: 5 * time.Second}); err != nil || s.Shard != shard.Of(moved[1], 4) {
+		if s, err := prod.Upsert(b.ctx, shard.Message{ID: moved[1], Topic: "t2", Delay: 8 * time.Second}); err != nil || s.Shard != shard.Of(moved[1], 4) {
 			t.Fatalf("M=%d: upsert of far %s: %+v %v, want its old shard %d", m, moved[1], s, err, shard.Of(moved[1], 4))
 		}
 		if err := prod.Cancel(b.ctx, moved[2]); err != nil {
@@ -254,7 +254,7 @@ func TestFarAcrossResize(t *testing.T) {
 	if want := int64(len(ids) - len(gone)); far != want {
 		t.Fatalf("%d far after the resizes, want %d (no copy added, the cancelled gone)", far, want)
 	}
-	shardtest.WaitFor(t, 10*time.Second, func() bool {
+	shardtest.WaitFor(t, 15*time.Second, func() bool {
 		for i := range 16 {
 			if _, err := b.store.PromoteDue(b.ctx, i, 10); err != nil {
 				t.Fatal(err)
