@@ -93,13 +93,16 @@ func (s *Store) liveFarRecords(ctx context.Context, i int, fs FarSettings, b int
 		return nil, err
 	}
 	cmds := make([]*redis.StringCmd, len(recs))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, r := range recs {
 			cmds[j] = p.HGet(ctx, fk.index(r.ID, fs.IndexSlots), r.ID)
 		}
 		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("far bucket %d of shard %d: read its index entries: %w", b, i, err)
+	})
+	for _, c := range cmds { // each command's own error: a missing entry (redis.Nil) is an answer
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("far bucket %d of shard %d: read its index entries: %w", b, i, err)
+		}
 	}
 	prefix := strconv.FormatInt(b, 10) + ":"
 	live := recs[:0]
@@ -147,7 +150,6 @@ func (s *Store) farBuckets(ctx context.Context, i int, fs FarSettings, fromMs, t
 type shardWalk struct {
 	s        *Store
 	i        int
-	page     int        // entries a near page reads
 	from     ListCursor // the walk yields only what comes after this
 	nearNext ListCursor // where the next near page starts
 	near     []Listed
@@ -157,10 +159,10 @@ type shardWalk struct {
 	far      []Listed
 }
 
-// walkShard starts a walk of shard i after cursor, reading near pages of
-// page entries and far buckets that start before toMs (0: open).
-func (s *Store) walkShard(ctx context.Context, i int, after ListCursor, toMs int64, page int) (*shardWalk, error) {
-	w := &shardWalk{s: s, i: i, page: min(max(page, 1), maxListPage), from: after, nearNext: after, nearMore: true}
+// walkShard starts a walk of shard i after cursor, reading far buckets
+// that start before toMs (0: open).
+func (s *Store) walkShard(ctx context.Context, i int, after ListCursor, toMs int64) (*shardWalk, error) {
+	w := &shardWalk{s: s, i: i, from: after, nearNext: after, nearMore: true}
 	fs, on, err := s.farSettings(ctx)
 	if err != nil {
 		return nil, err
@@ -179,10 +181,11 @@ func after(c ListCursor, dueMs int64, id string) bool {
 	return dueMs > c.DueMs || dueMs == c.DueMs && id > c.ID
 }
 
-// next returns the next message, or false at the end of the shard.
-func (w *shardWalk) next(ctx context.Context) (Listed, bool, error) {
+// next returns the next message, or false at the end of the shard; when
+// it needs the due set's next page, it reads n entries (1 to 1000).
+func (w *shardWalk) next(ctx context.Context, n int) (Listed, bool, error) {
 	if len(w.near) == 0 && w.nearMore {
-		page, cur, more, err := w.s.List(ctx, w.i, w.nearNext, w.page)
+		page, cur, more, err := w.s.List(ctx, w.i, w.nearNext, min(max(n, 1), maxListPage))
 		if err != nil {
 			return Listed{}, false, err
 		}

@@ -129,15 +129,20 @@ func (s *Store) addFarTopicProfile(ctx context.Context, m int, p *TopicProfile) 
 	}
 	raws := make([]*redis.StringSliceCmd, len(pick))
 	heads := make([]*redis.StringCmd, len(pick))
-	if _, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+	_, _ = s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for j, fb := range pick {
 			fk := farKeysOf(s.ns, fb.shard)
 			raws[j] = pl.LRange(ctx, fk.bucket(fb.b), 0, maxTopicSample-1)
 			heads[j] = pl.LIndex(ctx, fk.blocks(fb.b), 0)
 		}
 		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("far profile of topic %q: %w", p.Topic, err)
+	})
+	for j := range pick { // each command's own error: no block (redis.Nil) is an answer
+		for _, err := range []error{raws[j].Err(), heads[j].Err()} {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("far profile of topic %q: %w", p.Topic, err)
+			}
+		}
 	}
 	var codec *FarCodec
 	read, match := make([]int64, len(p.Counts)), make([]int64, len(p.Counts))

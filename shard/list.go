@@ -110,9 +110,18 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 		from, to = max(from, q.Shard), q.Shard+1
 	}
 	scanned := 0
-	page0 := min(500, max(q.Limit+1, 16)) // what a near page reads
-	if q.MaxScan > 0 {
-		page0 = min(page0, q.MaxScan)
+	// What the next page of a due set reads: 500 entries, or with no
+	// filter what fills the page and tells whether there is more, and
+	// never past MaxScan.
+	nearPage := func() int {
+		n := 500
+		if q.Topic == "" && q.Prefix == "" {
+			n = min(n, q.Limit-len(page)+1)
+		}
+		if q.MaxScan > 0 {
+			n = min(n, q.MaxScan-scanned)
+		}
+		return max(n, 1)
 	}
 	var toMs int64 // the far buckets that start before To: To's ms, rounded up
 	if !q.To.IsZero() {
@@ -126,7 +135,7 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 				after.DueMs = q.From.UnixMilli()
 			}
 		}
-		w, err := s.walkShard(ctx, i, after, toMs, page0)
+		w, err := s.walkShard(ctx, i, after, toMs)
 		if err != nil {
 			return page, nil, err
 		}
@@ -134,7 +143,7 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 			if q.MaxScan > 0 && scanned >= q.MaxScan {
 				return page, &BrowseCursor{Shard: i, After: after}, nil
 			}
-			l, ok, err := w.next(ctx)
+			l, ok, err := w.next(ctx, nearPage())
 			if err != nil {
 				return page, nil, err
 			}
