@@ -44,10 +44,6 @@ func TestFarOperationsRacingPromotion(t *testing.T) {
 	if st[0].Far+st[1].Far < n/2 {
 		t.Fatalf("only %d of %d placed far: the race is not a race", st[0].Far+st[1].Far, n)
 	}
-	// The operations start just before the first buckets come within the
-	// horizon, so that they meet the promotion (a moment, by design).
-	time.Sleep(time.Until(start.Add(-2200 * time.Millisecond)))
-
 	ctx, stop := context.WithCancel(b.ctx)
 	var promoters sync.WaitGroup
 	var promoted atomic.Int64
@@ -68,8 +64,11 @@ func TestFarOperationsRacingPromotion(t *testing.T) {
 		}()
 	}
 
-	// The operations, spread over the promotion window (the buckets come
-	// within the horizon one after the other, for a second).
+	// The operations start once the first bucket is promoted, and meet the
+	// promotion of the others (they come within the horizon one after the
+	// other, for a second).
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return promoted.Load() > 0 },
+		func() string { return "no bucket was promoted" })
 	order := rand.Perm(n)
 	dueOf := make([]int64, n) // a reschedule's answer
 	var ops sync.WaitGroup
