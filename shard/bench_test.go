@@ -375,3 +375,64 @@ func BenchmarkAck(b *testing.B) {
 		b.ReportMetric(float64(redisCPU(b, rdb)-cpu0)/float64(n)/1e3, "redis-µs/msg")
 	})
 }
+
+// BenchmarkPromote: what promoting a far bucket of 10,000 messages
+// (100-byte bodies) costs, its raw records or its compressed blocks: the
+// scanner's time (decoding, the round trips) and Redis's CPU, a message.
+// Each op places the bucket beyond the horizon, then widens the horizon
+// so that the bucket is within it, and times PromoteDue alone.
+func BenchmarkPromote(b *testing.B) {
+	rdb := srv.Client(b)
+	shardtest.Require(b, srvErr)
+	ctx := context.Background()
+	const n = 10_000
+	body := make([]byte, 100)
+	for _, compact := range []bool{false, true} {
+		b.Run(fmt.Sprintf("compacted=%v", compact), func(b *testing.B) {
+			var redisTime, wall time.Duration
+			for it := range b.N {
+				ns := fmt.Sprintf("%s-%v-%d", shardtest.Namespace(b), compact, it)
+				st, err := shard.NewStore(rdb, ns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := st.EnableFar(ctx, shard.FarSettings{Horizon: time.Minute, BucketWidth: time.Minute, Since: 1}); err != nil {
+					b.Fatal(err)
+				}
+				prod := shard.NewProducer(st, fixed(1), shard.ProducerOptions{})
+				start := time.Now().Add(10 * time.Minute).Truncate(time.Minute)
+				for lo := 0; lo < n; lo += 1000 {
+					msgs := make([]shard.Message, 0, 1000)
+					for j := lo; j < lo+1000; j++ {
+						msgs = append(msgs, shard.Message{ID: fmt.Sprintf("p%d", j), Topic: "t", Body: body, At: start.Add(time.Duration(j) * time.Millisecond)})
+					}
+					if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if compact {
+					if k, err := st.CompactFar(ctx, 0, 100); err != nil || k == 0 {
+						b.Fatalf("compact: %d blocks, %v", k, err)
+					}
+				}
+				// A new Store reads the widened horizon at once.
+				wide, err := shard.NewStore(rdb, ns)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := wide.EnableFar(ctx, shard.FarSettings{Horizon: time.Hour, BucketWidth: time.Minute}); err != nil {
+					b.Fatal(err)
+				}
+				cpu0, t0 := redisCPU(b, rdb), time.Now()
+				p, err := wide.PromoteDue(ctx, 0, 10)
+				wall += time.Since(t0)
+				redisTime += redisCPU(b, rdb) - cpu0
+				if err != nil || p.Moved != n {
+					b.Fatalf("promoted %+v, %v; want %d moved", p, err, n)
+				}
+			}
+			b.ReportMetric(float64(wall.Microseconds())/float64(b.N*n), "wall-µs/msg")
+			b.ReportMetric(float64(redisTime.Microseconds())/float64(b.N*n), "redis-µs/msg")
+		})
+	}
+}

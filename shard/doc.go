@@ -392,8 +392,11 @@
 // (scripts/bench.sh -only memory -memory 1000000, two shared cores;
 // 100-byte JSON bodies, ids of 16 random hex digits, due at random over
 // 10 hours a day out): 358 bytes a message near, 202 far before
-// compaction and 94 after (the target: 120); far placement 53,118
-// messages a second against 121,688 near. Redis CPU per message (go test
+// compaction and 95 after (the target: 120); far placement 64,781
+// messages a second against 113,685 near. Promotion costs Redis 11.3-14.6
+// µs a message from raw records, 9.4-10.2 from blocks (go test -run XXX
+// -bench BenchmarkPromote -benchtime 5x -count 3 ./shard/), about an
+// enqueue's. Redis CPU per message (go test
 // -run XXX -bench 'BenchmarkEnqueue/batch=500' -benchtime 200x -count 3
 // ./shard/, batches of 500 over 16 shards): near 6.8-7.5 µs, far in one
 // bucket 8.0-9.3, far over 60 buckets 15.1-18.1 (16.7-20.1 while farmeta
