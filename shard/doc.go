@@ -279,9 +279,9 @@
 // left empty goes with its last entry; the drop deletes far:<b>,
 // farz:<b>, the bucket's fardir and farcompact entries and its farmeta
 // fields; the lease expires, or its promoter deletes it. What is left is
-// bounded: farmeta's seq, live and kind (three fields a shard), and the index entries of records whose
-// id could not be read (a corrupt record), which far_live deletes when
-// the id is next looked up.
+// bounded: farmeta's seq, live and kind (three fields a shard), and the
+// index entries of records whose id could not be read (a corrupt record),
+// which far_live deletes when the id is next looked up.
 //
 // Measured (scripts/memory-layouts.sh, cmd/delayq-bench/README.md,
 // "Memory"): 60 bytes a message with 100-byte JSON bodies and random
