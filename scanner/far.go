@@ -2,7 +2,10 @@ package scanner
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/delayq/delayq/shard"
 )
 
 // The far-future tier's promoter and compactor (shard's doc.go, "The
@@ -10,11 +13,16 @@ import (
 // promotes the far buckets, within the horizon, of the shards it takes the
 // wake-ups of (affinity.go; every shard while the membership is unknown),
 // at most farBucketsPerVisit a shard a round, then compresses up to
-// farBlocksPerVisit blocks of their raw records. No leader: a bucket's lease keeps two processes off one
+// farBlocksPerVisit blocks of their raw records. The other shards it looks
+// at less often (shard.Store.PromoteOverdue: each sixth of the horizon),
+// for buckets within a third of the horizon that their owner should have
+// promoted already: an owner that died stays in the membership for
+// membershipTTL, and one that is restarted over and over may never reach
+// its first round. No leader: a bucket's lease keeps two processes off one
 // bucket, and promotion is idempotent by id, so a process that dies in
 // the middle leaves the rest to the next round of whoever owns the shard
-// then. With the tier off a round reads nothing from Redis (the store
-// caches the settings' absence).
+// then, or to any process once the bucket is overdue. With the tier off a
+// round reads nothing from Redis (the store caches the settings' absence).
 //
 // The goroutine is started and stopped with the claims stage (Stop's
 // step 1): it promotes nothing after the claims ended, which costs
@@ -24,10 +32,13 @@ const (
 	farPromoteEvery    = time.Second
 	farBucketsPerVisit = 4
 	farBlocksPerVisit  = 64 // 16,384 records a shard a second: ahead of any producer
+	farShardsAtOnce    = 4
 )
 
 // promoteFar runs the promotion rounds until life ends; the Redis calls
-// use workCtx.
+// use workCtx. A round works on up to farShardsAtOnce shards at a time,
+// so that one shard's slow round trips do not hold back the others', and
+// ends when they all have.
 func (s *Scanner) promoteFar(life, workCtx context.Context) {
 	t := time.NewTicker(farPromoteEvery)
 	defer t.Stop()
@@ -42,28 +53,51 @@ func (s *Scanner) promoteFar(life, workCtx context.Context) {
 			s.errLog.warn("promote far messages: shard count", err)
 			continue
 		}
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, farShardsAtOnce)
 		for i := range hw {
-			if !s.aff.owns(i) {
-				continue
-			}
-			p, err := s.d.Store.PromoteDue(workCtx, i, farBucketsPerVisit)
-			if p.Moved > 0 {
-				s.d.Metrics.FarPromoted.Add(float64(p.Moved))
-			}
-			if p.Buckets > 0 {
-				s.d.Metrics.FarPromotionAhead.Observe(p.AheadMin)
-			}
-			if p.Dead > 0 {
-				s.d.Metrics.Dead.WithLabelValues(ReasonCorrupt).Add(float64(p.Dead))
-			}
-			if err != nil {
-				s.errLog.warn("promote far messages", err)
-			}
-			n, err := s.d.Store.CompactFar(workCtx, i, farBlocksPerVisit)
-			s.d.Metrics.FarCompacted.Add(float64(n))
-			if err != nil {
-				s.errLog.warn("compress far messages", err)
-			}
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				s.promoteShard(workCtx, i)
+			})
 		}
+		wg.Wait()
+	}
+}
+
+// promoteShard is a round's work on shard i: its due buckets and
+// compaction when this process owns it, its overdue buckets otherwise.
+func (s *Scanner) promoteShard(ctx context.Context, i int) {
+	if !s.aff.owns(i) {
+		p, err := s.d.Store.PromoteOverdue(ctx, i, farBucketsPerVisit)
+		s.countPromotion(p)
+		if err != nil {
+			s.errLog.warn("promote overdue far messages", err)
+		}
+		return
+	}
+	p, err := s.d.Store.PromoteDue(ctx, i, farBucketsPerVisit)
+	s.countPromotion(p)
+	if err != nil {
+		s.errLog.warn("promote far messages", err)
+	}
+	n, err := s.d.Store.CompactFar(ctx, i, farBlocksPerVisit)
+	s.d.Metrics.FarCompacted.Add(float64(n))
+	if err != nil {
+		s.errLog.warn("compress far messages", err)
+	}
+}
+
+// countPromotion counts what a promotion did in the metrics.
+func (s *Scanner) countPromotion(p shard.Promotion) {
+	if p.Moved > 0 {
+		s.d.Metrics.FarPromoted.Add(float64(p.Moved))
+	}
+	if p.Buckets > 0 {
+		s.d.Metrics.FarPromotionAhead.Observe(p.AheadMin)
+	}
+	if p.Dead > 0 {
+		s.d.Metrics.Dead.WithLabelValues(ReasonCorrupt).Add(float64(p.Dead))
 	}
 }

@@ -270,7 +270,7 @@
 //	            long enough to keep it a hash table: placement reads and
 //	            writes dozens of its fields a call, each a scan of the
 //	            whole hash in a listpack)
-//	farlease:<b> STRING the promoter's lease on bucket b (SET NX PX 30 s)
+//	farlease:<b> STRING the promoter's lease on bucket b (SET NX PX, below)
 //	farcompact  ZSET b -> bucket start: buckets with a block's worth of raw
 //	            records, for the compactor (farcompact.go)
 //
@@ -341,13 +341,16 @@
 //     (an upsert near forgets a far copy).
 //   - Promotion, without a leader: each process promotes the shards it
 //     takes the wake-ups of (scanner's affinity), and every shard when the
-//     membership is unknown, every few seconds: a bucket whose start is
+//     membership is unknown, every second; every process also promotes,
+//     in any shard, a bucket within H/3 of its start that its owner left
+//     (PromoteOverdue, a look a shard each H/6), so a dead or stalled
+//     owner delays nothing past the slack: a bucket whose start is
 //     within H of now, less the shard's stagger (up to min(W, H/2), so
 //     that the shards promote a bucket over its width instead of all in
 //     one burst: far.go, farStagger), is sealed (farmeta sealed:<b>;
 //     placement sends that time near from then on), its records read back in pages of 256 and
 //     decoded in Go, and handed to the promote script in calls of at most
-//     64 records: a record moves to the due ZSET and msg hash only when
+//     64 records (a page's calls pipelined): a record moves to the due ZSET and msg hash only when
 //     its index entry still says "<b>:<seq>", and the entry is deleted in
 //     the same call. Last, the drop script deletes the bucket's keys and
 //     directory entry. A crash at any line leaves a sealed bucket whose
@@ -355,7 +358,9 @@
 //     nothing doubled, and due times are the records' own, so nothing is
 //     early. Two processes promoting one bucket at once (a membership
 //     change) only skip each other's records; a lease (farlease:<b>, SET
-//     NX PX 30 s) keeps that rare.
+//     NX PX min(30 s, max(0.5 s, H/6)), renewed after each page) keeps
+//     that rare, and a promoter killed in the middle holds its bucket back
+//     for at most the lease.
 //   - At Redis's maxmemory promotion is refused (ErrRedisFull; the
 //     lease's SET is its first write) and the bucket waits far: a near
 //     message costs more memory than a far one, and the horizon is the

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,11 +79,12 @@ func farSlot(id string, slots int) uint64 {
 
 // farCache is the settings a Store read, shared by its copies.
 type farCache struct {
-	mu     sync.Mutex
-	at     time.Time
-	on     bool
-	sets   FarSettings
-	codecs farCodecs
+	mu      sync.Mutex
+	at      time.Time
+	on      bool
+	sets    FarSettings
+	codecs  farCodecs
+	overdue map[int]time.Time // shard -> PromoteOverdue's last look at it
 }
 
 // EnableFar turns the far tier on for the namespace with fs (zero fields
@@ -250,6 +252,13 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 	if upsert {
 		up = "1"
 	}
+	// A call pays a bucket's writes once whatever the number of its
+	// records, so a shard's messages go to the calls in bucket order: a
+	// batch spread over many buckets then touches each in as few calls as
+	// its size allows.
+	slices.SortStableFunc(farTodo, func(x, y int) int {
+		return cmp.Or(cmp.Compare(preps[x].shard, preps[y].shard), cmp.Compare(bucket[x], bucket[y]))
+	})
 	chunks := p.chunks(preps, farTodo)
 	calls := make([]call, len(chunks))
 	for c, chunk := range chunks {
@@ -367,11 +376,57 @@ type Promotion struct {
 }
 
 // PromoteDue promotes the buckets of shard i that start within the
-// horizon of now (less the shard's stagger, farStagger), at most max of them (doc.go: sealed, read in pages,
-// moved in calls of farPromoteCall, dropped). Only one process works on a
-// bucket at a time (a lease); another finds it taken and skips it. It
-// does nothing when the tier is off.
+// horizon of now (less the shard's stagger, farStagger), at most max of
+// them (doc.go: sealed, read in pages, moved in calls of farPromoteCall,
+// dropped): what the process that takes the shard's wake-ups calls. Only
+// one process works on a bucket at a time (a lease); another finds it
+// taken and skips it. It does nothing when the tier is off.
 func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, error) {
+	return s.promoteWithin(ctx, i, max, func(fs FarSettings) time.Duration { return fs.Horizon - farStagger(i, fs) })
+}
+
+// PromoteOverdue is PromoteDue for buckets that start within a third of
+// the horizon, which the shard's owner should have promoted long before:
+// what every other process calls, so that promotion outlives an owner
+// that died or stalls (the membership drops a dead process only after a
+// while, and a time-compressed horizon may be shorter). It reads Redis
+// at most once each max(1 s, horizon/6) a shard and Store: on a healthy
+// fleet it finds nothing, at a cost of one read a shard and process each
+// sixth of the horizon.
+func (s *Store) PromoteOverdue(ctx context.Context, i int, max int) (Promotion, error) {
+	fs, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return Promotion{}, err
+	}
+	s.far.mu.Lock()
+	last := s.far.overdue[i]
+	due := last.IsZero() || time.Since(last) >= farOverdueEvery(fs)
+	if due {
+		if s.far.overdue == nil {
+			s.far.overdue = map[int]time.Time{}
+		}
+		s.far.overdue[i] = time.Now()
+	}
+	s.far.mu.Unlock()
+	if !due {
+		return Promotion{}, nil
+	}
+	return s.promoteWithin(ctx, i, max, func(fs FarSettings) time.Duration { return fs.Horizon / 3 })
+}
+
+// farOverdueEvery is how often PromoteOverdue looks at a shard.
+func farOverdueEvery(fs FarSettings) time.Duration { return max(time.Second, fs.Horizon/6) }
+
+// farLeaseFor is a promoter's lease on a bucket: long enough for pages
+// between renewals, short against the horizon, so that a promoter killed
+// in the middle holds its bucket back by a small part of the slack.
+func farLeaseFor(fs FarSettings) time.Duration {
+	return min(farLease, max(500*time.Millisecond, fs.Horizon/6))
+}
+
+// promoteWithin promotes the buckets of shard i that start less than
+// ahead(settings) after now, at most max of them.
+func (s *Store) promoteWithin(ctx context.Context, i int, max int, ahead func(FarSettings) time.Duration) (Promotion, error) {
 	var p Promotion
 	fs, on, err := s.farSettings(ctx)
 	if err != nil || !on {
@@ -383,17 +438,18 @@ func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, erro
 		return p, fmt.Errorf("promote shard %d: %w", i, err)
 	}
 	bs, err := s.rdb.ZRangeByScoreWithScores(ctx, fk.dir(), &redis.ZRangeBy{
-		Min: "-inf", Max: "(" + strconv.FormatInt(now.Add(fs.Horizon-farStagger(i, fs)).UnixMilli(), 10), Count: int64(max)}).Result()
+		Min: "-inf", Max: "(" + strconv.FormatInt(now.Add(ahead(fs)).UnixMilli(), 10), Count: int64(max)}).Result()
 	if err != nil {
 		return p, fmt.Errorf("promote shard %d: %w", i, err)
 	}
 	p.AheadMin = -1
+	lease := farLeaseFor(fs)
 	for _, z := range bs {
 		b, err := strconv.ParseInt(fmt.Sprint(z.Member), 10, 64)
 		if err != nil {
 			return p, fmt.Errorf("promote shard %d: bucket %q in %s is not a number", i, z.Member, fk.dir())
 		}
-		ok, err := s.rdb.SetNX(ctx, fk.lease(b), "1", farLease).Result()
+		ok, err := s.rdb.SetNX(ctx, fk.lease(b), "1", lease).Result()
 		if isOutOfMemory(err) {
 			// Promotion needs memory (a near message costs more than a far
 			// one): at maxmemory the bucket waits, its messages far, until
@@ -406,7 +462,11 @@ func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, erro
 		if !ok {
 			continue // another process promotes it
 		}
-		err = s.promoteBucket(ctx, i, fs, b, &p)
+		// The lease is renewed after each page; an error leaves it to
+		// expire, after which another process may promote beside this one
+		// (each skips what the other moved).
+		renew := func() { _ = s.rdb.PExpire(ctx, fk.lease(b), lease).Err() }
+		err = s.promoteBucket(ctx, i, fs, b, renew, &p)
 		if err == nil {
 			p.Buckets++
 			ahead := (float64(z.Score) - float64(time.Now().UnixMilli())) / 1000
@@ -422,15 +482,16 @@ func (s *Store) PromoteDue(ctx context.Context, i int, max int) (Promotion, erro
 	return p, nil
 }
 
-// promoteBucket seals, moves and drops bucket b of shard i.
-func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int64, p *Promotion) error {
+// promoteBucket seals, moves and drops bucket b of shard i, calling renew
+// after each page it reads.
+func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int64, renew func(), p *Promotion) error {
 	fk := farKeysOf(s.ns, i)
 	where := func(err error) error { return fmt.Errorf("promote shard %d bucket %d: %w", i, b, err) }
 	if _, err := s.run1(ctx, farSealScript, []string{fk.dir(), fk.meta()}, b).Int(); err != nil {
 		return where(err)
 	}
 	start := b * fs.BucketWidth.Milliseconds()
-	if err := s.promoteBlocks(ctx, i, fs, b, start, p); err != nil {
+	if err := s.promoteBlocks(ctx, i, fs, b, start, renew, p); err != nil {
 		return where(err)
 	}
 	total, err := s.rdb.LLen(ctx, fk.bucket(b)).Result() // sealed: it no longer grows
@@ -442,13 +503,10 @@ func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int6
 		if err != nil {
 			return where(err)
 		}
-		for len(page) > 0 {
-			n := min(len(page), farPromoteCall)
-			if err := s.promoteRecords(ctx, i, fs, b, start, page[:n], p); err != nil {
-				return where(err)
-			}
-			page = page[n:]
+		if err := s.promoteRecords(ctx, i, fs, b, start, page, p); err != nil {
+			return where(err)
 		}
+		renew()
 	}
 	left, err := s.run1(ctx, farDropScript, []string{fk.bucket(b), fk.dir(), fk.meta(), fk.blocks(b), fk.compact()}, b).Int()
 	if err != nil {
@@ -461,8 +519,41 @@ func (s *Store) promoteBucket(ctx context.Context, i int, fs FarSettings, b int6
 }
 
 // promoteRecords hands records (raw, as stored: each with its length) of
-// bucket b to one farPromoteScript call.
+// bucket b to farPromoteScript, in calls of at most farPromoteCall
+// records sent in one pipelined round trip (each call is its own atomic
+// step, as if sent one by one).
 func (s *Store) promoteRecords(ctx context.Context, i int, fs FarSettings, b, start int64, raw []string, p *Promotion) error {
+	var calls []call
+	var sizes []int
+	for len(raw) > 0 {
+		k := min(len(raw), farPromoteCall)
+		if c, n := s.promoteCall(i, fs, b, start, raw[:k]); n > 0 {
+			calls, sizes = append(calls, c), append(sizes, n)
+		}
+		raw = raw[k:]
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	var first error
+	for j, cmd := range s.run(ctx, calls...) {
+		v, err := cmd.Int64Slice()
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		if len(v) == 2 {
+			p.Moved += int(v[0])
+			p.Dead += int(v[1])
+			p.Skipped += sizes[j] - int(v[0]) - int(v[1])
+		}
+	}
+	return first
+}
+
+// promoteCall is the farPromoteScript call of records raw of bucket b, and
+// how many records it hands over.
+func (s *Store) promoteCall(i int, fs FarSettings, b, start int64, raw []string) (call, int) {
 	ks, fk := ShardKeys(s.ns, i), farKeysOf(s.ns, i)
 	keys := []string{ks.Due, ks.Msg, fk.meta(), ks.Dead, ks.Reason, ks.Counters}
 	args := []any{b, s.wake, i, 0}
@@ -495,22 +586,14 @@ func (s *Store) promoteRecords(ctx context.Context, i int, fs FarSettings, b, st
 		// A record whose id cannot be read cannot be looked up: its
 		// bucket's drop counts it out (Promotion.Unread).
 	}
-	if n == 0 {
-		return nil
-	}
 	args[3] = n
-	v, err := s.run1(ctx, farPromoteScript, keys, args...).Int64Slice()
-	if err != nil {
-		return err
-	}
-	if len(v) == 2 {
-		p.Moved += int(v[0])
-		p.Dead += int(v[1])
-		p.Skipped += n - int(v[0]) - int(v[1])
-	}
-	return nil
+	return call{farPromoteScript, keys, args}, n
 }
 
 // FarMetaKeyOf is shard i's farmeta HASH (doc.go): its field live counts
 // the shard's far messages.
 func FarMetaKeyOf(ns string, i int) string { return farKeysOf(ns, i).meta() }
+
+// FarDirKeyOf is shard i's fardir ZSET (doc.go): its far buckets, scored
+// by their start (unix ms); the first is the next to be promoted.
+func FarDirKeyOf(ns string, i int) string { return farKeysOf(ns, i).dir() }

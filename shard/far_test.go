@@ -133,6 +133,43 @@ func TestFarMessageWaitsFarThenIsPromoted(t *testing.T) {
 	}
 }
 
+// PromoteOverdue, what every process that does not own a shard calls,
+// leaves a bucket to its owner until it is within a third of the horizon,
+// then promotes it before its start: promotion does not wait on an owner
+// that died.
+func TestFarOverduePromotionByAnyProcess(t *testing.T) {
+	b := farSetup(t) // horizon 3 s, buckets of 1 s
+	ns := b.store.Namespace()
+	at := time.Now().Add(6 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "o", Topic: "t", Body: []byte("o"), At: at}); err != nil {
+		t.Fatal(err)
+	}
+	start := at.Truncate(time.Second)
+	if p, err := b.store.PromoteOverdue(b.ctx, 0, 4); err != nil || p.Moved != 0 {
+		t.Fatalf("overdue promotion of a bucket more than a third of the horizon ahead: %+v, %v; want nothing", p, err)
+	}
+	var moved shard.Promotion
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		p, err := b.store.PromoteOverdue(b.ctx, 0, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Moved > 0 {
+			moved = p
+			if now := time.Now(); start.Sub(now) > time.Second {
+				t.Errorf("promoted %s before its bucket's start, more than a third of the horizon", start.Sub(now))
+			}
+		}
+		return b.rdb.ZCard(b.ctx, shard.FarDirKey(ns, 0)).Val() == 0
+	}, func() string { return "the overdue bucket is still far" })
+	if moved.Moved != 1 || moved.AheadMin <= 0 {
+		t.Fatalf("overdue promotion: %+v; want the message moved before its bucket's start", moved)
+	}
+	if b.rdb.ZScore(b.ctx, shard.ShardKeys(ns, 0).Due, "o").Val() != float64(at.UnixMilli()) {
+		t.Fatal("the promoted message is not due at its time")
+	}
+}
+
 // A promote call made again (a promoter that crashed after it, and the
 // next one) moves nothing twice; a message cancelled between the two is
 // not brought back.

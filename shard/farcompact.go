@@ -110,7 +110,7 @@ const farBlocksPage = 8
 
 // promoteBlocks promotes the records of sealed bucket b's compressed
 // blocks, a block at a time.
-func (s *Store) promoteBlocks(ctx context.Context, i int, fs FarSettings, b, start int64, p *Promotion) error {
+func (s *Store) promoteBlocks(ctx context.Context, i int, fs FarSettings, b, start int64, renew func(), p *Promotion) error {
 	fk := farKeysOf(s.ns, i)
 	total, err := s.rdb.LLen(ctx, fk.blocks(b)).Result()
 	if err != nil || total == 0 {
@@ -130,15 +130,11 @@ func (s *Store) promoteBlocks(ctx context.Context, i int, fs FarSettings, b, sta
 			if err != nil {
 				continue // its records cannot be found: the drop counts them out (Promotion.Unread)
 			}
-			recs := splitRecords(block)
-			for len(recs) > 0 {
-				n := min(len(recs), farPromoteCall)
-				if err := s.promoteRecords(ctx, i, fs, b, start, recs[:n], p); err != nil {
-					return err
-				}
-				recs = recs[n:]
+			if err := s.promoteRecords(ctx, i, fs, b, start, splitRecords(block), p); err != nil {
+				return err
 			}
 		}
+		renew()
 	}
 	return nil
 }
