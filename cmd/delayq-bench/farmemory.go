@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,59 @@ type farMemoryResult struct {
 	FarFillRate     float64 `json:"far_fill_msgs_per_s"`
 	CompactRate     float64 `json:"compact_msgs_per_s"` // one compactor, all shards in turn
 	CompactedBlocks int     `json:"compacted_blocks"`
+	// Cancel by id (Producer.Cancel, four callers at once) of a sample of
+	// the messages, with all n pending: near, and far after compaction.
+	NearCancel cancelLatency `json:"near_cancel"`
+	FarCancel  cancelLatency `json:"far_cancel"`
+}
+
+// cancelLatency is what cancelling a sample of pending messages by id took.
+type cancelLatency struct {
+	Cancels       int           `json:"cancels"`
+	P50, P99, Max time.Duration `json:"-"`
+	P99Ms         float64       `json:"p99_ms"`
+}
+
+func (c cancelLatency) String() string {
+	return fmt.Sprintf("%d cancels by id, p50 %s, p99 %s, max %s", c.Cancels, ms(c.P50), ms(c.P99), ms(c.Max))
+}
+
+// cancelSample cancels each of ids by id, four at a time, and reports the
+// calls' latency; every id must have been pending.
+func cancelSample(ctx context.Context, prod *shard.Producer, ids []string) (cancelLatency, error) {
+	took := make([]time.Duration, len(ids))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				j := int(next.Add(1)) - 1
+				if j >= len(ids) {
+					return
+				}
+				t0 := time.Now()
+				if err := prod.Cancel(ctx, ids[j]); err != nil {
+					errs <- fmt.Errorf("cancel %q: %w", ids[j], err)
+					return
+				}
+				took[j] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return cancelLatency{}, err
+	default:
+	}
+	slices.Sort(took)
+	c := cancelLatency{Cancels: len(took)}
+	if len(took) > 0 {
+		c.P50, c.P99, c.Max = took[len(took)/2], took[len(took)*99/100], took[len(took)-1]
+	}
+	c.P99Ms = float64(c.P99) / float64(time.Millisecond)
+	return c, nil
 }
 
 // jsonBody is message i's body: 100 bytes of JSON.
@@ -50,23 +104,31 @@ func (b *bench) farMemory(ctx context.Context, n int) (*farMemoryResult, error) 
 	r := &farMemoryResult{Messages: n}
 	var err error
 	c0 := b.sampleCPU(nil)
-	if r.NearBytes, r.NearFillRate, _, err = b.fillJSON(ctx, "nearjson", n, false); err != nil {
+	near, err := b.fillJSON(ctx, "nearjson", n, false)
+	if err != nil {
 		return nil, err
 	}
+	r.NearBytes, r.NearFillRate = near.bytes, near.rate
 	c1 := b.sampleCPU(nil)
 	r.NearRedisUs, r.NearBenchUs = (c1.sec["redis"]-c0.sec["redis"])*1e6/float64(n), (c1.sec["bench"]-c0.sec["bench"])*1e6/float64(n)
 	say("memory: %d messages of 100-byte JSON, 16-hex-digit ids, near: %.0f bytes a message, enqueued at %.0f/s (redis %.1f µs, producers %.1f µs a message)",
 		n, r.NearBytes, r.NearFillRate, r.NearRedisUs, r.NearBenchUs)
+	if r.NearCancel, err = cancelSample(ctx, near.prod, near.sample); err != nil {
+		return nil, err
+	}
+	say("memory: near, %s", r.NearCancel)
 	b.rdb.FlushAll(ctx)
 	before, err := b.usedMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var st *shard.Store
 	c0 = b.sampleCPU(nil)
-	if r.FarRawBytes, r.FarFillRate, st, err = b.fillJSON(ctx, "farjson", n, true); err != nil {
+	far, err := b.fillJSON(ctx, "farjson", n, true)
+	if err != nil {
 		return nil, err
 	}
+	st := far.store
+	r.FarRawBytes, r.FarFillRate = far.bytes, far.rate
 	c1 = b.sampleCPU(nil)
 	r.FarRedisUs, r.FarBenchUs = (c1.sec["redis"]-c0.sec["redis"])*1e6/float64(n), (c1.sec["bench"]-c0.sec["bench"])*1e6/float64(n)
 	t0 := time.Now()
@@ -90,28 +152,46 @@ func (b *bench) farMemory(ctx context.Context, n int) (*farMemoryResult, error) 
 	r.FarBytes = float64(after-before) / float64(n)
 	say("memory: the same far: %.0f bytes a message raw, %.0f compressed (%d blocks at %.0f records/s); enqueued at %.0f/s (redis %.1f µs, producers %.1f µs a message)",
 		r.FarRawBytes, r.FarBytes, r.CompactedBlocks, r.CompactRate, r.FarFillRate, r.FarRedisUs, r.FarBenchUs)
+	if r.FarCancel, err = cancelSample(ctx, far.prod, far.sample); err != nil {
+		return nil, err
+	}
+	say("memory: far, %s", r.FarCancel)
 	b.rdb.FlushAll(ctx)
 	return r, nil
 }
 
+// jsonFill is what fillJSON filled: the used_memory delta a message, the
+// enqueue rate, the namespace's store and producer, and the ids of up to
+// cancelSampleSize of the messages, spread over them.
+type jsonFill struct {
+	bytes, rate float64
+	store       *shard.Store
+	prod        *shard.Producer
+	sample      []string
+}
+
+const cancelSampleSize = 10_000
+
 // fillJSON enqueues n messages of JSON bodies into namespace name (far:
-// with the far tier on, due a day ahead) and returns the used_memory
-// delta a message, the enqueue rate and the namespace's store.
-func (b *bench) fillJSON(ctx context.Context, name string, n int, far bool) (float64, float64, *shard.Store, error) {
+// with the far tier on, due a day ahead).
+func (b *bench) fillJSON(ctx context.Context, name string, n int, far bool) (jsonFill, error) {
 	before, err := b.usedMemory(ctx)
 	if err != nil {
-		return 0, 0, nil, err
+		return jsonFill{}, err
 	}
 	ns := b.namespace(name)
 	st, err := shard.NewStore(b.rdb, ns)
 	if err != nil {
-		return 0, 0, nil, err
+		return jsonFill{}, err
 	}
 	if far {
 		if err := st.EnableFar(ctx, shard.FarSettings{Since: 1}); err != nil {
-			return 0, 0, nil, err
+			return jsonFill{}, err
 		}
 	}
+	stride := max(1, n/cancelSampleSize)
+	var sampleMu sync.Mutex
+	var sample []string
 	prod := shard.NewProducer(st, balance.Static(shards), shard.ProducerOptions{})
 	base := time.Now().Add(24 * time.Hour)
 	const batch = 2000
@@ -130,6 +210,11 @@ func (b *bench) fillJSON(ctx context.Context, name string, n int, far bool) (flo
 				msgs := make([]shard.Message, 0, batch)
 				for i := start; i < min(n, start+batch); i++ {
 					m := shard.Message{ID: fmt.Sprintf("%016x", r.Uint64()), Exchange: exchange, RoutingKey: ns, Body: jsonBody(r, i)}
+					if i%stride == 0 {
+						sampleMu.Lock()
+						sample = append(sample, m.ID)
+						sampleMu.Unlock()
+					}
 					if far {
 						m.At = base.Add(time.Duration(r.Int64N(int64(10 * time.Hour))))
 					} else {
@@ -154,12 +239,12 @@ func (b *bench) fillJSON(ctx context.Context, name string, n int, far bool) (flo
 	rate := float64(n) / time.Since(t0).Seconds()
 	select {
 	case err := <-errs:
-		return 0, 0, nil, err
+		return jsonFill{}, err
 	default:
 	}
 	after, err := b.usedMemory(ctx)
 	if err != nil {
-		return 0, 0, nil, err
+		return jsonFill{}, err
 	}
-	return float64(after-before) / float64(n), rate, st, nil
+	return jsonFill{bytes: float64(after-before) / float64(n), rate: rate, store: st, prod: prod, sample: sample}, nil
 }
