@@ -227,8 +227,9 @@ func BenchmarkEnqueue(b *testing.B) {
 	// producer that sends what it has every few milliseconds (the
 	// benchmark's steady load), where each call's own cost counts.
 	// far=true: the namespace's far tier is on and the messages are due a
-	// day ahead, so each goes to its far bucket (farPlaceManyScript).
-	farProd := shard.NewProducer(farStore(b, rdb), fixed(16), shard.ProducerOptions{})
+	// day ahead, so each goes to its far bucket (farPlaceManyScript). Each
+	// far row has a namespace of its own, so that rows compare at the same
+	// index population (a listpack's lookups grow with its entries).
 	// spread=true: due over 60 buckets of 10 minutes, as messages with
 	// varied delays a day out are (the worst case: a bucket's writes are
 	// shared by fewer messages); false: all in one bucket, as messages
@@ -239,7 +240,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	}{{64, false, false}, {64, true, false}, {500, false, false}, {500, true, false}, {500, true, true}} {
 		n, prod, delay := c.n, prod, time.Hour
 		if c.far {
-			prod, delay = farProd, 24*time.Hour
+			prod, delay = shard.NewProducer(farStore(b, rdb, fmt.Sprintf("-far%d-%v", n, c.spread)), fixed(16), shard.ProducerOptions{}), 24*time.Hour
 		}
 		b.Run(fmt.Sprintf("batch=%d/far=%v/spread=%v", n, c.far, c.spread), func(b *testing.B) {
 			b.ReportAllocs()
@@ -276,8 +277,8 @@ func BenchmarkEnqueue(b *testing.B) {
 // with 256 index slots a shard: the benchmark's 100,000 messages or so
 // fill them as a namespace of millions fills the default 4,096 (at the
 // default, nearly every placement here would create an index key).
-func farStore(b *testing.B, rdb *redis.Client) *shard.Store {
-	st, err := shard.NewStore(rdb, shardtest.Namespace(b)+"-far")
+func farStore(b *testing.B, rdb *redis.Client, suffix string) *shard.Store {
+	st, err := shard.NewStore(rdb, shardtest.Namespace(b)+suffix)
 	if err != nil {
 		b.Fatal(err)
 	}
