@@ -204,9 +204,15 @@ func getJSON(t *testing.T, url string) (int, string) {
 
 func apiCall(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()
+	return apiCallAs(t, consoleAdmin, method, url, body)
+}
+
+// apiCallAs is apiCall with token.
+func apiCallAs(t *testing.T, token, method, url, body string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	must(t, err)
-	req.Header.Set("Authorization", "Bearer "+consoleAdmin)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	must(t, err)

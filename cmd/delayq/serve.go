@@ -19,6 +19,7 @@ import (
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/console"
 	"github.com/delayq/delayq/shard/httpapi"
+	"github.com/delayq/delayq/shard/scope"
 )
 
 func serveCommand() command {
@@ -177,9 +178,15 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// httpTokens reads DELAYQ_HTTP_TOKENS_FILE (nil when unset) and refuses
-// a non-loopback DELAYQ_HTTP_ADDR without tokens.
+// httpTokens reads DELAYQ_HTTP_TOKENS_FILE (nil when unset), with the
+// scopes its lines name (DELAYQ_SCOPES_FILE, read even without tokens, so
+// a file that cannot be used is refused at start), and refuses a
+// non-loopback DELAYQ_HTTP_ADDR without tokens.
 func (c Config) httpTokens() (*httpapi.Tokens, error) {
+	scopes, err := c.scopes()
+	if err != nil {
+		return nil, err
+	}
 	if c.HTTPTokensFile == "" {
 		host, _, err := net.SplitHostPort(c.HTTPAddr)
 		if err != nil {
@@ -196,11 +203,28 @@ func (c Config) httpTokens() (*httpapi.Tokens, error) {
 		return nil, fmt.Errorf("%s_HTTP_TOKENS_FILE: %w", envPrefix, err)
 	}
 	defer f.Close()
-	t, err := httpapi.ParseTokens(f)
+	t, err := httpapi.ParseTokens(f, scopes)
 	if err != nil {
 		return nil, fmt.Errorf("%s_HTTP_TOKENS_FILE %s: %w", envPrefix, c.HTTPTokensFile, err)
 	}
 	return t, nil
+}
+
+// scopes reads DELAYQ_SCOPES_FILE (none when unset: a nil Set).
+func (c Config) scopes() (*scope.Set, error) {
+	if c.ScopesFile == "" {
+		return nil, nil
+	}
+	f, err := os.Open(c.ScopesFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s_SCOPES_FILE: %w", envPrefix, err)
+	}
+	defer f.Close()
+	set, err := scope.ParseSet(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s_SCOPES_FILE %s: %w", envPrefix, c.ScopesFile, err)
+	}
+	return set, nil
 }
 
 // consoleKey is the key that signs console sessions and forms: the

@@ -21,6 +21,7 @@ import (
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
+	"github.com/delayq/delayq/shard/scope"
 )
 
 //go:embed templates/*.html static/*
@@ -105,7 +106,14 @@ func New(o Options) (*Console, error) {
 		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
 	}
 	c := &Console{o: o, tmpl: tmpl, key: key, holders: map[string]holder{}, mux: http.NewServeMux()}
-	o.Tokens.Each(key, func(fp string, role httpapi.Role, name string) { c.holders[fp] = holder{role, name} })
+	// The console acts for the namespace: a session holds what the
+	// token's grants without a scope allow (scoped grants work through
+	// the API).
+	o.Tokens.Each(key, func(fp string, who scope.Caller) {
+		if r := who.GlobalRole(); r > httpapi.RoleNone {
+			c.holders[fp] = holder{r, who.Holder}
+		}
+	})
 	static, _ := fs.Sub(files, "static")
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	c.mux.HandleFunc("GET /login", c.loginPage)
@@ -277,10 +285,16 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	role, name := c.o.Tokens.Lookup(token)
-	if role == httpapi.RoleNone {
+	who := c.o.Tokens.Caller(token)
+	name := who.Holder
+	switch {
+	case who.Max() == httpapi.RoleNone:
 		httpapi.Audit(c.o.Log, "console", "", "sign in", "", errors.New("token not accepted"))
 		c.renderLogin(w, http.StatusUnauthorized, "That token is not accepted.")
+		return
+	case who.GlobalRole() == httpapi.RoleNone:
+		httpapi.Audit(c.o.Log, "console", name, "sign in", "", errors.New("a token limited to scopes"))
+		c.renderLogin(w, http.StatusForbidden, "That token is limited to scopes, which the console does not show: use the API with it.")
 		return
 	}
 	var b [16]byte

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/console"
 	"github.com/delayq/delayq/shard/httpapi"
+	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -36,7 +37,10 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-const admin = "admin-token-0123456789"
+const (
+	admin       = "admin-token-0123456789"
+	scopedAdmin = "team-admin-token-0123456"
+)
 
 // TestSignInAndCSRF: pages need a session; a bad token is refused; a
 // state-changing form without its CSRF token changes nothing; with it,
@@ -52,7 +56,11 @@ func TestSignInAndCSRF(t *testing.T) {
 	if _, err := prod.Enqueue(ctx, shard.Message{ID: "m1", Topic: "t", Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := httpapi.ParseTokens(strings.NewReader("admin " + admin + "\n"))
+	scopes, err := scope.ParseSet(strings.NewReader("team topic=team.*\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := httpapi.ParseTokens(strings.NewReader("admin "+admin+"\nadmin "+scopedAdmin+" team-admin team\n"), scopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +107,16 @@ func TestSignInAndCSRF(t *testing.T) {
 	}
 	if code, body := post("/login", url.Values{"token": {"wrong-token-0123456789"}, "csrf": {loginToken()}}); code != 401 || !strings.Contains(body, "not accepted") {
 		t.Errorf("bad token: %d", code)
+	}
+	// The console shows the whole namespace: a token limited to a scope
+	// is told to use the API.
+	if code, body := post("/login", url.Values{"token": {scopedAdmin}, "csrf": {loginToken()}}); code != 403 || !strings.Contains(body, "limited to scopes") {
+		t.Errorf("a scoped token signs in: %d", code)
+	}
+	if code, _ := get("/"); code != 200 {
+		t.Errorf("after a refused sign-in: %d", code)
+	} else if _, body := get("/"); !strings.Contains(body, `id="token"`) {
+		t.Error("a scoped token's refused sign-in left a session")
 	}
 	if code, body := post("/login", url.Values{"token": {admin}, "csrf": {loginToken()}}); code != 200 || !strings.Contains(body, `id="totals"`) {
 		t.Fatalf("sign in: %d\n%s", code, body)

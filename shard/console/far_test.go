@@ -34,7 +34,7 @@ func TestFarPageRefusesReadTokens(t *testing.T) {
 		}
 	}
 	const reader = "read-token-0123456789"
-	tokens, err := httpapi.ParseTokens(strings.NewReader("admin " + admin + "\nread " + reader + "\n"))
+	tokens, err := httpapi.ParseTokens(strings.NewReader("admin "+admin+"\nread "+reader+"\n"), nil)
 	must(err)
 	prod := shard.NewProducer(st, balance.Static(2), shard.ProducerOptions{})
 	api := httpapi.New(httpapi.Options{Producer: prod, Store: st, Tokens: tokens,

@@ -86,38 +86,38 @@ func New(o Options) *API {
 	}
 	a := &API{o: o, mux: http.NewServeMux()}
 	a.jobsCtx, a.stopJobs = context.WithCancel(context.Background())
-	a.handle("POST /v1/messages", RoleAdmin, a.enqueue)
-	a.handle("POST /v1/messages/batch", RoleAdmin, a.enqueueBatch)
-	a.handle("GET /v1/messages/{id}", RoleRead, a.get)
-	a.handle("DELETE /v1/messages/{id}", RoleAdmin, a.cancel)
-	a.handle("POST /v1/messages/{id}/reschedule", RoleAdmin, a.reschedule)
-	a.handle("GET /v1/stats", RoleRead, a.stats)
-	a.handle("GET /v1/stats/due-profile", RoleRead, a.dueProfile)
-	a.handle("GET /v1/stats/rates", RoleRead, a.rates)
-	a.handle("GET /v1/shards", RoleRead, a.shards)
-	a.handle("PUT /v1/shards", RoleAdmin, a.setShards)
-	a.handle("GET /v1/dead", RoleRead, a.deadList)
-	a.handle("POST /v1/dead/{id}/redrive", RoleAdmin, a.redriveOne)
-	a.handle("DELETE /v1/dead/{id}", RoleAdmin, a.purgeOne)
-	a.handle("POST /v1/dead/redrive", RoleAdmin, a.redriveMany)
-	a.handle("POST /v1/dead/purge", RoleAdmin, a.purgeMany)
-	a.handle("POST /v1/bulk/cancel", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "cancel") })
-	a.handle("POST /v1/bulk/reschedule", RoleAdmin, func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "reschedule") })
-	a.handle("GET /v1/bulk/{job}", RoleRead, a.bulkStatus)
-	a.handle("GET /v1/far", RoleRead, a.far)
-	a.handle("PUT /v1/far", RoleAdmin, a.setFar)
-	a.handle("GET /v1/flows", RoleRead, a.flows)
-	a.handle("PUT /v1/flows/{topic}", RoleAdmin, a.changeFlowHandler("limit"))
-	a.handle("POST /v1/flows/{topic}/pause", RoleAdmin, a.changeFlowHandler("pause"))
-	a.handle("POST /v1/flows/{topic}/resume", RoleAdmin, a.changeFlowHandler("resume"))
-	a.handle("GET /v1/schedules", RoleRead, a.schedules)
-	a.handle("GET /v1/schedules/{name}", RoleRead, a.getSchedule)
-	a.handle("PUT /v1/schedules/{name}", RoleAdmin, a.putSchedule)
-	a.handle("DELETE /v1/schedules/{name}", RoleAdmin, a.changeScheduleHandler("delete"))
-	a.handle("POST /v1/schedules/{name}/pause", RoleAdmin, a.changeScheduleHandler("pause"))
-	a.handle("POST /v1/schedules/{name}/resume", RoleAdmin, a.changeScheduleHandler("resume"))
-	a.handle("GET /v1/schedules/{name}/preview", RoleRead, a.previewSchedule)
-	a.handle("GET /v1/openapi.json", RoleNone, func(w http.ResponseWriter, _ *http.Request) {
+	a.handle("POST /v1/messages", inBody(RoleProduce), a.enqueue)
+	a.handle("POST /v1/messages/batch", inBody(RoleProduce), a.enqueueBatch)
+	a.handle("GET /v1/messages/{id}", onMessage(RoleRead), a.get)
+	a.handle("DELETE /v1/messages/{id}", onMessage(RoleProduce), a.cancel)
+	a.handle("POST /v1/messages/{id}/reschedule", onMessage(RoleProduce), a.reschedule)
+	a.handle("GET /v1/stats", anywhere(RoleRead), a.stats)
+	a.handle("GET /v1/stats/due-profile", anywhere(RoleRead), a.dueProfile)
+	a.handle("GET /v1/stats/rates", anywhere(RoleRead), a.rates)
+	a.handle("GET /v1/shards", anywhere(RoleRead), a.shards)
+	a.handle("PUT /v1/shards", inNamespace(RoleAdmin), a.setShards)
+	a.handle("GET /v1/dead", listed(RoleRead), a.deadList)
+	a.handle("POST /v1/dead/{id}/redrive", onMessage(RoleOperate), a.redriveOne)
+	a.handle("DELETE /v1/dead/{id}", onMessage(RoleOperate), a.purgeOne)
+	a.handle("POST /v1/dead/redrive", inBody(RoleOperate), a.redriveMany)
+	a.handle("POST /v1/dead/purge", inBody(RoleOperate), a.purgeMany)
+	a.handle("POST /v1/bulk/cancel", inNamespace(RoleOperate), func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "cancel") })
+	a.handle("POST /v1/bulk/reschedule", inNamespace(RoleOperate), func(w http.ResponseWriter, r *http.Request) { a.bulk(w, r, "reschedule") })
+	a.handle("GET /v1/bulk/{job}", inNamespace(RoleRead), a.bulkStatus)
+	a.handle("GET /v1/far", anywhere(RoleRead), a.far)
+	a.handle("PUT /v1/far", inNamespace(RoleAdmin), a.setFar)
+	a.handle("GET /v1/flows", listed(RoleRead), a.flows)
+	a.handle("PUT /v1/flows/{topic}", onTopic(RoleOperate), a.changeFlowHandler("limit"))
+	a.handle("POST /v1/flows/{topic}/pause", onTopic(RoleOperate), a.changeFlowHandler("pause"))
+	a.handle("POST /v1/flows/{topic}/resume", onTopic(RoleOperate), a.changeFlowHandler("resume"))
+	a.handle("GET /v1/schedules", listed(RoleRead), a.schedules)
+	a.handle("GET /v1/schedules/{name}", onSchedule(RoleRead), a.getSchedule)
+	a.handle("PUT /v1/schedules/{name}", onSchedule(RoleOperate), a.putSchedule)
+	a.handle("DELETE /v1/schedules/{name}", onSchedule(RoleOperate), a.changeScheduleHandler("delete"))
+	a.handle("POST /v1/schedules/{name}/pause", onSchedule(RoleOperate), a.changeScheduleHandler("pause"))
+	a.handle("POST /v1/schedules/{name}/resume", onSchedule(RoleOperate), a.changeScheduleHandler("resume"))
+	a.handle("GET /v1/schedules/{name}/preview", onSchedule(RoleRead), a.previewSchedule)
+	a.handle("GET /v1/openapi.json", public(), func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
@@ -133,21 +133,15 @@ func (a *API) Handler() http.Handler { return a.mux }
 // Routes lists the routes as "METHOD /path", for the OpenAPI test.
 func (a *API) Routes() []string { return a.routes }
 
-// handle registers h for pattern, for callers with at least role.
-func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
+// handle registers h for pattern, behind rule (access.go).
+func (a *API) handle(pattern string, rule access, h http.HandlerFunc) {
 	a.routes = append(a.routes, pattern)
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store") // answers carry message bodies
-		if role > RoleNone {
-			got, name := a.o.Tokens.Lookup(bearer(r))
-			r = r.WithContext(context.WithValue(r.Context(), holderKey{}, name))
-			switch {
-			case got == RoleNone:
-				w.Header().Set("WWW-Authenticate", `Bearer realm="delayq"`)
-				problem(w, http.StatusUnauthorized, "missing or unknown token", "send Authorization: Bearer <token>", "")
-				return
-			case got < role:
-				problem(w, http.StatusForbidden, "read-only token", "this needs an admin token", "")
+		if rule.on != onNobody {
+			c := a.o.Tokens.Caller(bearer(r))
+			r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+			if !a.check(w, r, rule, c) {
 				return
 			}
 		}
@@ -155,13 +149,9 @@ func (a *API) handle(pattern string, role Role, h http.HandlerFunc) {
 	})
 }
 
-// holderKey is the request context's key of the token holder's name.
-type holderKey struct{}
-
 // audit logs a change made through the API (Audit).
 func (a *API) audit(r *http.Request, action, target string, err error) {
-	who, _ := r.Context().Value(holderKey{}).(string)
-	Audit(a.o.Log, "api", who, action, target, err)
+	Audit(a.o.Log, "api", holderOf(r), action, target, err)
 }
 
 // Audit logs an action that changed something, or tried to, as one
@@ -299,6 +289,9 @@ func (a *API) enqueue(w http.ResponseWriter, r *http.Request) {
 		a.badMessage(w, err)
 		return
 	}
+	if !mayWrite(w, r, RoleProduce, m) {
+		return
+	}
 	s, err := a.o.Producer.Enqueue(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), m)
 	if err != nil {
 		a.fail(w, err)
@@ -321,7 +314,7 @@ func (a *API) badMessage(w http.ResponseWriter, err error) {
 // BatchItem is the outcome of one message of a batch.
 type BatchItem struct {
 	ID     string `json:"id,omitempty"`
-	Status string `json:"status"` // scheduled, duplicate, invalid, failed
+	Status string `json:"status"` // scheduled, duplicate, cancelled, invalid, forbidden (outside the token's scopes), failed
 	Shard  *int   `json:"shard,omitempty"`
 	Due    string `json:"due,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -382,6 +375,18 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "invalid batch", err.Error(), field)
 		return
 	}
+	// Messages outside the caller's scopes are answered "forbidden" and
+	// not sent.
+	c := callerOf(r)
+	kept, keptIndex := msgs[:0:0], index[:0:0]
+	for j, m := range msgs {
+		if c.Can(RoleProduce, targetOfMessage(m)) {
+			kept, keptIndex = append(kept, m), append(keptIndex, index[j])
+			continue
+		}
+		items[index[j]] = BatchItem{ID: m.ID, Status: "forbidden", Error: outsideWhy(c, RoleProduce, m), Field: fieldOutside(c, RoleProduce, m)}
+	}
+	msgs, index = kept, keptIndex
 	if len(msgs) > 0 {
 		res, _ := a.o.Producer.EnqueueBatch(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), msgs)
 		for j, br := range res {
@@ -717,6 +722,15 @@ func (a *API) stats(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
+	// The counts name no message (anywhere's rule); flows name topics:
+	// a scoped caller sees its own.
+	kept := v.Flows[:0]
+	for _, f := range v.Flows {
+		if seesTopic(r, f.Topic) {
+			kept = append(kept, f)
+		}
+	}
+	v.Flows = kept
 	writeJSON(w, http.StatusOK, v)
 }
 
@@ -829,6 +843,17 @@ func (a *API) deadList(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
+	if c := callerOf(r); !c.Global(RoleRead) {
+		// A scoped caller sees its own: each entry's destination is read
+		// (a page may hold fewer than limit, and More still says go on).
+		kept := page.Dead[:0]
+		for _, d := range page.Dead {
+			if a.mayAddress(r.Context(), c, RoleRead, d.ID) {
+				kept = append(kept, d)
+			}
+		}
+		page.Dead = kept
+	}
 	writeJSON(w, http.StatusOK, page)
 }
 
@@ -901,7 +926,12 @@ func (a *API) deadMany(w http.ResponseWriter, r *http.Request, action string, op
 		}
 	}
 	done, missing := 0, 0
+	c := callerOf(r)
 	for _, id := range req.IDs {
+		if !c.Global(RoleOperate) && !a.mayAddress(r.Context(), c, RoleOperate, id) {
+			missing++ // outside the caller's scopes: to it, not there
+			continue
+		}
 		err := op(r.Context(), id)
 		switch {
 		case err == nil:

@@ -24,6 +24,7 @@ import (
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/httpapi"
+	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -57,13 +58,24 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, "# test\nadmin "+adminToken+"\nread "+readToken+"\n", "")
+}
+
+// newFixtureWith is an API with the tokens file tokensFile, naming the
+// scopes of scopesFile.
+func newFixtureWith(t *testing.T, tokensFile, scopesFile string) *fixture {
+	t.Helper()
 	shardtest.Require(t, srvErr)
 	st, err := shard.NewStore(srv.Client(t), shardtest.Namespace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	prod := shard.NewProducer(st, balance.Static(4), shard.ProducerOptions{MaxBody: 1000})
-	tokens, err := httpapi.ParseTokens(strings.NewReader("# test\nadmin " + adminToken + "\nread " + readToken + "\n"))
+	scopes, err := scope.ParseSet(strings.NewReader(scopesFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := httpapi.ParseTokens(strings.NewReader(tokensFile), scopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +135,9 @@ func (f *fixture) checkContract(req *http.Request, status int, header http.Heade
 	}
 }
 
-// do sends a request and returns the status and the decoded JSON body.
-func (f *fixture) do(method, path, token, contentType, body string) (int, map[string]any) {
+// send sends a request and returns the response (its body read) and the
+// body, checked against the OpenAPI document.
+func (f *fixture) send(method, path, token, contentType, body string) (*http.Response, []byte) {
 	f.t.Helper()
 	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
 	if err != nil {
@@ -143,6 +156,13 @@ func (f *fixture) do(method, path, token, contentType, body string) (int, map[st
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	f.checkContract(req, resp.StatusCode, resp.Header, raw)
+	return resp, raw
+}
+
+// do sends a request and returns the status and the decoded JSON body.
+func (f *fixture) do(method, path, token, contentType, body string) (int, map[string]any) {
+	f.t.Helper()
+	resp, raw := f.send(method, path, token, contentType, body)
 	var v map[string]any
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &v); err != nil {
@@ -359,11 +379,11 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 func TestParseTokens(t *testing.T) {
 	for _, bad := range []string{"", "# only a comment\n", "admin\n", "root " + adminToken + "\n", "admin short\n"} {
-		if _, err := httpapi.ParseTokens(strings.NewReader(bad)); err == nil || strings.Contains(err.Error(), adminToken) {
+		if _, err := httpapi.ParseTokens(strings.NewReader(bad), nil); err == nil || strings.Contains(err.Error(), adminToken) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	tk, err := httpapi.ParseTokens(strings.NewReader("read " + readToken + "\nadmin " + adminToken + "\n"))
+	tk, err := httpapi.ParseTokens(strings.NewReader("read "+readToken+"\nadmin "+adminToken+"\n"), nil)
 	if err != nil || tk.Role(adminToken) != httpapi.RoleAdmin || tk.Role(readToken) != httpapi.RoleRead ||
 		tk.Role("") != httpapi.RoleNone || tk.Role(adminToken+"x") != httpapi.RoleNone {
 		t.Errorf("roles: %v", err)
@@ -371,6 +391,36 @@ func TestParseTokens(t *testing.T) {
 	var none *httpapi.Tokens
 	if none.Role("") != httpapi.RoleAdmin {
 		t.Error("no tokens configured should make every request an admin's")
+	}
+
+	// Scoped grants: a token on two lines holds both; errors name the line.
+	scopes, err := scope.ParseSet(strings.NewReader("billing topic=billing.* ids=billing-\nops topic=ops.*\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err = httpapi.ParseTokens(strings.NewReader("produce "+readToken+" billing-api billing\nread "+readToken+" billing-api ops\noperate "+adminToken+" sre\n"), scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tk.Caller(readToken)
+	if c.Holder != "billing-api" || len(c.Grants) != 2 || !c.Scoped() || c.GlobalRole() != httpapi.RoleNone ||
+		!c.Can(httpapi.RoleProduce, scope.Target{ID: "billing-1", Topic: "billing.refund"}) ||
+		c.Can(httpapi.RoleProduce, scope.Target{ID: "o-1", Topic: "ops.page"}) || !c.Can(httpapi.RoleRead, scope.Target{ID: "o-1", Topic: "ops.page"}) {
+		t.Errorf("scoped caller: %+v", c)
+	}
+	if c := tk.Caller(adminToken); c.Scoped() || c.GlobalRole() != httpapi.RoleOperate {
+		t.Errorf("an unscoped operate token: %+v", c)
+	}
+	for _, c := range []struct{ file, want string }{
+		{"produce " + readToken + " api nosuch\n", "tokens line 1: scope \"nosuch\" is not in the scopes file"},
+		{"# x\nroot " + readToken + "\n", "tokens line 2: role \"root\""},
+		{"read " + readToken + " a\nread " + readToken + " b\n", "tokens line 2: this token is held by \"a\""},
+		{"read " + readToken + " a billing extra\n", "tokens line 1: want ROLE TOKEN"},
+	} {
+		_, err := httpapi.ParseTokens(strings.NewReader(c.file), scopes)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), readToken) {
+			t.Errorf("%q: %v, want %q (and never the token)", c.file, err, c.want)
+		}
 	}
 }
 

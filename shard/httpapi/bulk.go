@@ -89,7 +89,7 @@ func (a *API) bulk(w http.ResponseWriter, r *http.Request, action string) {
 	case req.AtMs != nil:
 		to.At = time.UnixMilli(*req.AtMs)
 	}
-	who, _ := r.Context().Value(holderKey{}).(string)
+	who := holderOf(r)
 	job, err := a.StartBulk(r.Context(), action, f, to, req.DryRun, "api", who)
 	if err != nil {
 		a.fail(w, err)

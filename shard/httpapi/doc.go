@@ -16,9 +16,16 @@
 //
 // # Guarantees
 //
-//   - Access: a bearer token (Tokens: read or admin), compared in constant
-//     time, never logged. Without tokens every request is an admin's; the
+//   - Access: a bearer token (Tokens: its roles, for the whole namespace
+//     or limited to scopes: package scope), compared in constant time,
+//     never logged. Without tokens every request is an admin's; the
 //     caller must then listen on loopback only (delayq serve does).
+//   - Scopes: every route is registered with an access rule (access.go)
+//     checked before its handler; what a scoped token may not reach is
+//     answered as missing (404) or refused (403), and lists hold only
+//     what it may see. TestScopeMatrix sends every route of the OpenAPI
+//     document with tokens of another scope, so a route without its
+//     check fails it.
 //   - Guard, which serve puts in front of the API and the console, refuses
 //     what a web page could make a browser send: a Host that is a name the
 //     server does not answer to (DNS rebinding), a state-changing request

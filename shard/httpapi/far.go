@@ -132,7 +132,7 @@ func (a *API) setFar(w http.ResponseWriter, r *http.Request) {
 	if !decodeStrict(w, b, &req) {
 		return
 	}
-	who, _ := r.Context().Value(holderKey{}).(string)
+	who := holderOf(r)
 	v, err := a.ChangeFar(r.Context(), "api", who, req)
 	if errors.Is(err, shard.ErrFarNotSupported) {
 		problem(w, http.StatusConflict, "a scanner cannot promote far messages", err.Error(), "on")

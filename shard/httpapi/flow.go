@@ -68,7 +68,13 @@ func (a *API) flows(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, fs)
+	kept := fs[:0]
+	for _, f := range fs {
+		if seesTopic(r, f.Topic) {
+			kept = append(kept, f)
+		}
+	}
+	writeJSON(w, http.StatusOK, kept)
 }
 
 // FlowRequest is the body of PUT /v1/flows/{topic} (a limit) and of
@@ -145,7 +151,7 @@ func (a *API) changeFlowHandler(op string) http.HandlerFunc {
 				return
 			}
 		}
-		who, _ := r.Context().Value(holderKey{}).(string)
+		who := holderOf(r)
 		f, err := a.ChangeFlow(r.Context(), "api", who, op, r.PathValue("topic"), req)
 		if err != nil {
 			a.fail(w, err)

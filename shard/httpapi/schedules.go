@@ -101,13 +101,20 @@ func (a *API) ReadSchedule(ctx context.Context, name string) (Schedule, error) {
 
 // ReadSchedules lists the schedules.
 func (a *API) ReadSchedules(ctx context.Context) ([]Schedule, error) {
+	return a.readSchedules(ctx, func(shard.ScheduleInfo) bool { return true })
+}
+
+// readSchedules is ReadSchedules of those keep keeps.
+func (a *API) readSchedules(ctx context.Context, keep func(shard.ScheduleInfo) bool) ([]Schedule, error) {
 	infos, err := a.o.Store.Schedules(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Schedule, len(infos))
-	for j, info := range infos {
-		out[j] = ScheduleOf(info)
+	out := make([]Schedule, 0, len(infos))
+	for _, info := range infos {
+		if keep(info) {
+			out = append(out, ScheduleOf(info))
+		}
 	}
 	return out, nil
 }
@@ -182,7 +189,7 @@ func (a *API) UpsertSchedule(ctx context.Context, via, who, name string, body []
 }
 
 func (a *API) schedules(w http.ResponseWriter, r *http.Request) {
-	out, err := a.ReadSchedules(r.Context())
+	out, err := a.readSchedules(r.Context(), func(info shard.ScheduleInfo) bool { return sees(r, info.Name, info.Envelope) })
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -204,6 +211,13 @@ func (a *API) putSchedule(w http.ResponseWriter, r *http.Request) {
 	if b == nil {
 		return
 	}
+	if sc, err := shard.ParseScheduleJSON(b); err == nil {
+		m := sc.Message
+		m.ID = r.PathValue("name") // its occurrences' ids begin with it
+		if !mayWrite(w, r, RoleOperate, m) {
+			return
+		}
+	} // else UpsertSchedule reports what is wrong with it
 	info, err := a.UpsertSchedule(r.Context(), "api", holderOf(r), r.PathValue("name"), b)
 	if err != nil {
 		a.failSchedule(w, err)
@@ -262,10 +276,4 @@ func (a *API) failSchedule(w http.ResponseWriter, err error) {
 		return
 	}
 	a.fail(w, err)
-}
-
-// holderOf is the name of the token holder of r.
-func holderOf(r *http.Request) string {
-	who, _ := r.Context().Value(holderKey{}).(string)
-	return who
 }

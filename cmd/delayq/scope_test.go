@@ -1,0 +1,104 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+const billingToken = "billing-produce-token-0123"
+
+// TestScopedTokensThroughServe: serve with a scopes file and a token
+// limited to the billing scope: it enqueues into billing's topics, is
+// refused elsewhere, and does not see another team's message; the audit
+// line names it with its grant.
+func TestScopedTokensThroughServe(t *testing.T) {
+	w := newWorld(t, 4)
+	dir := t.TempDir()
+	scopes, tokens := filepath.Join(dir, "scopes"), filepath.Join(dir, "tokens")
+	must(t, os.WriteFile(scopes, []byte("billing topic=billing.* ids=billing-\nsearch topic=search.* ids=search-\n"), 0o644))
+	must(t, os.WriteFile(tokens, []byte("admin "+consoleAdmin+"\nproduce "+billingToken+" billing-api billing\n"), 0o600))
+	base, log := w.serveLogged(t, "DELAYQ_SCOPES_FILE="+scopes, "DELAYQ_HTTP_TOKENS_FILE="+tokens)
+	call := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		return apiCallAs(t, token, method, base+path, body)
+	}
+	for _, c := range []struct {
+		method, path, token, body string
+		want                      int
+	}{
+		{"POST", "/v1/messages", billingToken, `{"id":"billing-1","topic":"billing.refund","delay_ms":3600000}`, 201},
+		{"POST", "/v1/messages", billingToken, `{"id":"billing-2","topic":"search.q","delay_ms":3600000}`, 403},
+		{"POST", "/v1/messages", consoleAdmin, `{"id":"search-1","topic":"search.q","delay_ms":3600000}`, 201},
+		{"GET", "/v1/messages/search-1", billingToken, "", 404},
+		{"DELETE", "/v1/messages/search-1", billingToken, "", 404},
+		{"GET", "/v1/messages/search-1", consoleAdmin, "", 200},
+		{"DELETE", "/v1/messages/billing-1", billingToken, "", 204},
+		{"PUT", "/v1/shards", billingToken, `{"m":8}`, 403},
+	} {
+		if code, body := call(c.method, c.path, c.token, c.body); code != c.want {
+			t.Errorf("%s %s %s: %d %s, want %d", c.method, c.path, c.body, code, body, c.want)
+		}
+	}
+	if !strings.Contains(log.String(), "billing-api (produce@billing)") {
+		t.Errorf("no audit line naming the scoped token's holder and grant:\n%s", log.String())
+	}
+}
+
+// TestScopesFileRefusedNamingTheLine: serve and scan refuse to start on a
+// scopes file or tokens file they cannot use, naming the file and line.
+func TestScopesFileRefusedNamingTheLine(t *testing.T) {
+	w := newWorld(t, 4)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		must(t, os.WriteFile(p, []byte(text), 0o600))
+		return p
+	}
+	good := write("good-scopes", "billing topic=billing.*\n")
+	for _, c := range []struct {
+		cmd  string
+		env  []string
+		want []string
+	}{
+		{"scan", []string{"DELAYQ_SCOPES_FILE=" + write("overlap", "billing topic=billing.*\n\nrefunds topic=billing.refund\n")},
+			[]string{"DELAYQ_SCOPES_FILE", "scopes line 3", "overlaps scope \"billing\" (line 1)"}},
+		{"serve", []string{"DELAYQ_SCOPES_FILE=" + write("empty", "billing topic=\n")},
+			[]string{"DELAYQ_SCOPES_FILE", "scopes line 1", "empty pattern"}},
+		{"serve", []string{"DELAYQ_SCOPES_FILE=" + good, "DELAYQ_HTTP_TOKENS_FILE=" + write("tokens-scope", "admin "+consoleAdmin+"\nproduce "+billingToken+" api payments\n")},
+			[]string{"DELAYQ_HTTP_TOKENS_FILE", "tokens line 2", "scope \"payments\" is not in the scopes file"}},
+		{"serve", []string{"DELAYQ_HTTP_TOKENS_FILE=" + write("tokens-role", "superuser "+consoleAdmin+"\n")},
+			[]string{"DELAYQ_HTTP_TOKENS_FILE", "tokens line 1", "role \"superuser\""}},
+	} {
+		// A port of its own, and a deadline: a command that does not
+		// refuse would otherwise serve on.
+		port, err := shardtest.FreePort()
+		must(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, c.cmd)
+		cmd.Env = append(append([]string{}, w.env...), fmt.Sprintf("DELAYQ_HTTP_ADDR=127.0.0.1:%d", port))
+		cmd.Env = append(cmd.Env, c.env...)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Errorf("%s with %v: %v, want exit 2\n%s", c.cmd, c.env, err, out)
+			continue
+		}
+		for _, s := range c.want {
+			if !strings.Contains(string(out), s) {
+				t.Errorf("%s with %v: the error does not say %q:\n%s", c.cmd, c.env, s, out)
+			}
+		}
+		if strings.Contains(string(out), consoleAdmin) || strings.Contains(string(out), billingToken) {
+			t.Errorf("%s: a token in the error:\n%s", c.cmd, out)
+		}
+	}
+}
