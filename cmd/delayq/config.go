@@ -72,7 +72,7 @@ type Config struct {
 	MaxPending          int           `envconfig:"MAX_PENDING" default:"0" desc:"enqueue: most messages the namespace may hold (each shard its share); 0 = no limit"`
 	RoutesFile          string        `envconfig:"ROUTES_FILE" desc:"scan: YAML or JSON route table, topic -> exchange/routing key"`
 	DefaultExchange     string        `envconfig:"DEFAULT_EXCHANGE" desc:"scan: exchange for topics without a route (routing key = topic)"`
-	Ingress             string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange,… (exchange: where their messages go when due; empty: the default exchange)"`
+	Ingress             string        `envconfig:"INGRESS" desc:"scan: AMQP ingress queues to consume, queue=exchange[@scope],… (exchange: where their messages go when due; empty: the default exchange; scope: all the queue may schedule into, one of DELAYQ_SCOPES_FILE)"`
 	IngressPrefetch     int           `envconfig:"INGRESS_PREFETCH" default:"2048" desc:"scan: ingress deliveries held unacked per queue (a Redis write takes up to half); memory up to this many bodies"`
 	IngressCancelWindow time.Duration `envconfig:"INGRESS_CANCEL_WINDOW" default:"1m" desc:"scan: a cancel over AMQP that finds nothing refuses a message with that id for this long (it may come right behind, through another scanner); 0 = never"`
 	RatesEvery          time.Duration `envconfig:"RATES_EVERY" default:"10s" desc:"scan, serve: how often the fleet's counters are sampled for the rates on the console and /v1/stats (the first process after the interval takes the sample); 0 = this process never does"`
@@ -307,11 +307,16 @@ func (c Config) amqpNodes() string {
 	return strings.Join(urls, ",")
 }
 
-// ingressRoutes parses DELAYQ_INGRESS: queue=exchange pairs separated by
-// commas. A queue name may not hold "=" or ",".
+// ingressRoutes parses DELAYQ_INGRESS: queue=exchange[@scope] entries
+// separated by commas, scope one of DELAYQ_SCOPES_FILE. A queue name may
+// not hold "=" or ",".
 func (c Config) ingressRoutes() ([]ingress.Route, error) {
 	if strings.TrimSpace(c.Ingress) == "" {
 		return nil, nil
+	}
+	scopes, err := c.scopes()
+	if err != nil {
+		return nil, err
 	}
 	var routes []ingress.Route
 	seen := map[string]bool{}
@@ -328,7 +333,16 @@ func (c Config) ingressRoutes() ([]ingress.Route, error) {
 			return nil, fmt.Errorf("%s_INGRESS entry %d: queue %q is listed twice", envPrefix, i+1, q)
 		}
 		seen[q] = true
-		routes = append(routes, ingress.Route{Queue: q, Exchange: x})
+		route := ingress.Route{Queue: q, Exchange: x}
+		if at := strings.LastIndex(x, "@"); at >= 0 {
+			name := x[at+1:]
+			sc, ok := scopes.Get(name)
+			if !ok {
+				return nil, fmt.Errorf("%s_INGRESS entry %d: scope %q is not in %s_SCOPES_FILE", envPrefix, i+1, name, envPrefix)
+			}
+			route.Exchange, route.Scope = strings.TrimSpace(x[:at]), sc
+		}
+		routes = append(routes, route)
 	}
 	return routes, nil
 }

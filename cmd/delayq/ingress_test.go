@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -675,5 +678,43 @@ func TestIngressFarMessages(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestIngressScopedQueue: a queue mapped to a scope schedules what the
+// scope holds and sends the rest to its dead-letter exchange, reason
+// outside_scope: another team's ids, another destination, a cancel of an
+// id that is not the team's.
+func TestIngressScopedQueue(t *testing.T) {
+	w := newWorld(t, 4)
+	s := newIngress(t, w)
+	scopes := filepath.Join(t.TempDir(), "scopes")
+	must(t, os.WriteFile(scopes, []byte("team exchange="+w.exchange+"/rk ids=team-\n"), 0o644))
+	p := w.scan(s.env+"@team", "DELAYQ_SCOPES_FILE="+scopes)
+	s.publish(t, amqp.Publishing{MessageId: "other-1", Headers: amqp.Table{"x-delay": int32(50)}})
+	s.publish(t, amqp.Publishing{MessageId: "team-2", Headers: amqp.Table{"x-delay": int32(50), "x-delayq-exchange": "amq.direct"}})
+	s.publish(t, amqp.Publishing{MessageId: "other-2", Headers: amqp.Table{"x-delayq-cancel": true}})
+	s.publish(t, amqp.Publishing{MessageId: "team-1", Headers: amqp.Table{"x-delay": int32(50)}})
+	if got := collect(t, s.target, 1, 30*time.Second); len(got) != 1 || got[0].MessageId != "team-1" {
+		t.Errorf("delivered %v, want team-1 alone", got)
+	}
+	dead := collect(t, s.dlq, 3, 30*time.Second)
+	var ids []string
+	for _, d := range dead {
+		ids = append(ids, d.MessageId)
+	}
+	sort.Strings(ids)
+	if !reflect.DeepEqual(ids, []string{"other-1", "other-2", "team-2"}) {
+		t.Errorf("dead-lettered %v, want other-1, other-2 and team-2", ids)
+	}
+	line := fmt.Sprintf(`delayq_ingress_rejected_total{queue=%q,reason="outside_scope"} 3`, s.inQueue)
+	if m := p.scrape(t); !strings.Contains(m, line) {
+		t.Errorf("metrics lack %s", line)
+	}
+	// A scope that is not in the file: scan refuses to start, naming it.
+	cmd := exec.Command(bin, "scan")
+	cmd.Env = append(append([]string{}, w.env...), s.env+"@nobody", "DELAYQ_SCOPES_FILE="+scopes)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `scope "nobody" is not in DELAYQ_SCOPES_FILE`) {
+		t.Errorf("scan with an unknown scope: %v\n%s", err, out)
 	}
 }

@@ -36,6 +36,9 @@
 //     scheduled (Reason constants) is rejected without requeue, so the
 //     queue's dead-letter exchange keeps it, logged with its id and reason
 //     and counted by reason.
+//   - A queue mapped to a scope (Route.Scope) schedules, retries and
+//     cancels only within it (scope.go); the rest is rejected as bad input
+//     is, reason outside_scope.
 //
 // # Non-guarantees
 //

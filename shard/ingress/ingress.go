@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/publisher/amqpdial"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/backoff"
+	"github.com/delayq/delayq/shard/scope"
 )
 
 // Route is one ingress queue and the exchange its messages are delivered
@@ -24,6 +25,8 @@ import (
 type Route struct {
 	Queue    string
 	Exchange string
+	// Scope, when set, is all the queue may schedule into (scope.go).
+	Scope *scope.Scope
 }
 
 // Options configure an Ingress. Zero fields take the documented defaults.
@@ -444,6 +447,9 @@ func (in *Ingress) settle(ctx context.Context, ch *amqp.Channel, r Route, batch 
 	for i := range batch {
 		d := &batch[i]
 		req, err := Parse(d, r.Exchange, in.opts.MaxBody)
+		if err == nil {
+			err = r.allows(req)
+		}
 		if err != nil {
 			if err := in.reject(st, d, err); err != nil {
 				return err

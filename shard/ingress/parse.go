@@ -54,6 +54,7 @@ const (
 	ReasonTarget   = "bad_target"     // no exchange and no routing key, or a bad x-delayq-exchange
 	ReasonRetry    = "bad_retry"      // a retry request without a usable schedule
 	ReasonInvalid  = "invalid"        // any other rule of shard.Message
+	ReasonScope    = "outside_scope"  // addressed outside the queue's scope (Route.Scope)
 )
 
 // RejectError is why an ingress message is rejected (to the queue's
