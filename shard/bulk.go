@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/shard/scope"
 )
 
 // A bulk cancel walks the shards a page at a time (List: pages of at
@@ -44,6 +46,10 @@ type BulkFilter struct {
 	// BrowseQuery's do.
 	From, To time.Time
 	All      bool
+	// Within, when set, limits the job to the messages of these scopes
+	// (a caller limited to them: package scope), whatever the rest
+	// selects; it is part of the job's name.
+	Within []*scope.Scope
 }
 
 // Validate checks the filter: a window that ends before it starts, or no
@@ -64,8 +70,16 @@ func (f BulkFilter) Validate() error {
 // String is the filter for people and audit logs, e.g.
 // `topic="order.cancel" prefix="campaign-7-" due in [2030-01-01T09:00:00Z, open)`.
 func (f BulkFilter) String() string {
+	within := ""
+	if len(f.Within) > 0 {
+		names := make([]string, len(f.Within))
+		for j, sc := range f.Within {
+			names[j] = sc.Name
+		}
+		within = " within=" + strings.Join(names, ",")
+	}
 	if f.All {
-		return "all"
+		return "all" + within
 	}
 	var parts []string
 	if f.Topic != "" {
@@ -83,7 +97,26 @@ func (f BulkFilter) String() string {
 		}
 		parts = append(parts, fmt.Sprintf("due in [%s, %s)", end(f.From), end(f.To)))
 	}
-	return strings.Join(parts, " ")
+	return strings.Join(parts, " ") + within
+}
+
+// inScope reports whether a message of the held set of topic, id, is in
+// one of f.Within (every one is, without Within).
+func (f BulkFilter) inScope(id, topic string) bool {
+	return withinAny(f.Within, scope.Target{ID: id, Topic: topic})
+}
+
+// withinAny reports whether t is in one of scopes (true for none).
+func withinAny(scopes []*scope.Scope, t scope.Target) bool {
+	if len(scopes) == 0 {
+		return true
+	}
+	for _, sc := range scopes {
+		if sc.Contains(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // Job names the bulk cancel of this filter: its counters and its record
@@ -94,7 +127,7 @@ func (f BulkFilter) Job() string {
 }
 
 func (f BulkFilter) query(limit int) BrowseQuery {
-	return BrowseQuery{Shard: -1, Topic: f.Topic, Prefix: f.Prefix, From: f.From, To: f.To, Limit: limit, MaxScan: 500}
+	return BrowseQuery{Shard: -1, Topic: f.Topic, Prefix: f.Prefix, From: f.From, To: f.To, Within: f.Within, Limit: limit, MaxScan: 500}
 }
 
 // BulkKey is the counter HASH of bulk job in shard i of ns (done: the
@@ -491,6 +524,11 @@ func (s *Store) heldTopics(ctx context.Context, f BulkFilter) ([]string, error) 
 	if f.Topic != "" {
 		topics = slices.DeleteFunc(topics, func(t string) bool { return t != f.Topic })
 	}
+	if len(f.Within) > 0 {
+		topics = slices.DeleteFunc(topics, func(t string) bool {
+			return !slices.ContainsFunc(f.Within, func(sc *scope.Scope) bool { return sc.HasTopic(t) })
+		})
+	}
 	return topics, nil
 }
 
@@ -546,7 +584,7 @@ func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter,
 				break
 			}
 			e := entry{id: v[j], score: v[j+1], match: -1}
-			if strings.HasPrefix(e.id, f.Prefix) {
+			if strings.HasPrefix(e.id, f.Prefix) && f.inScope(e.id, topic) {
 				e.match = len(ids)
 				ids = append(ids, e.id)
 			}

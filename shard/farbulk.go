@@ -63,7 +63,7 @@ func (s *Store) bulkWalkFar(ctx context.Context, i int, job string, f BulkFilter
 				continue
 			}
 			l := Listed{ID: r.ID}
-			if f.Topic != "" {
+			if f.Topic != "" || len(f.Within) > 0 {
 				if env, err := DecodeEnvelope(r.Envelope); err == nil {
 					l.Envelope = &env
 				}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/delayq/delayq/shard/scope"
 )
 
 // Listed is one scheduled message, as List shows it.
@@ -46,6 +48,9 @@ type BrowseQuery struct {
 	// MaxScan bounds the entries a page reads (filters may match few):
 	// the page then ends early with a cursor to go on from. 0: no bound.
 	MaxScan int
+	// Within, when set, keeps only the messages of these scopes (a
+	// message whose envelope does not decode is in none).
+	Within []*scope.Scope
 }
 
 // ParseWindowEnd reads one end of a due window (the from and to of a
@@ -166,6 +171,10 @@ func (s *Store) Browse(ctx context.Context, shards int, q BrowseQuery) (page []L
 // matches reports whether l passes the topic and prefix filters.
 func (q *BrowseQuery) matches(l *Listed) bool {
 	if q.Prefix != "" && !strings.HasPrefix(l.ID, q.Prefix) {
+		return false
+	}
+	if len(q.Within) > 0 && (l.Envelope == nil ||
+		!withinAny(q.Within, scope.Target{ID: l.ID, Topic: l.Envelope.Topic, Exchange: l.Envelope.Exchange, RoutingKey: l.Envelope.RoutingKey})) {
 		return false
 	}
 	return q.Topic == "" || l.Envelope != nil && l.Envelope.Topic == q.Topic

@@ -18,8 +18,8 @@ import (
 // and what it is needed on. The rule is checked before the handler runs,
 // for everything a request names in its path or query:
 //
-//   - inNamespace(role): what is the namespace's (M, the far tier, bulk
-//     jobs): a grant without a scope (scope.Caller.Global).
+//   - inNamespace(role): what is the namespace's (M, the far tier): a
+//     grant without a scope (scope.Caller.Global).
 //   - anywhere(role): figures that name no message (stats, rates, the
 //     namespace's due profile): a grant of role in any scope. A topic
 //     query parameter (?topic=) must be one of the caller's topics.
@@ -30,8 +30,9 @@ import (
 //   - onTopic(role): the topic {topic} names (its flow).
 //   - onSchedule(role): the schedule {name} names, if it exists (its
 //     message's destination, its name as the id): as onMessage.
-//   - inBody(role): messages in the request body; and listed(role): a
-//     list. These the handler checks per item, with the helpers below
+//   - inBody(role): messages in the request body (or a bulk filter, which
+//     the handler limits to the caller's scopes: BulkFilter.Within); and
+//     listed(role): a list. These the handler checks per item, with the helpers below
 //     (mayWrite, sees), the only way to the caller's grants; the role
 //     matrix test (access_test.go) sends every route of the OpenAPI
 //     document, with a token of another scope, and fails on any change

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 const scopesFile = `billing  topic=billing.*  ids=billing-
@@ -163,6 +164,7 @@ func TestScopeMatrix(t *testing.T) {
 		}
 	}
 	slices.Sort(routes)
+	var jobs []string
 	leaks := []string{"billing-1", "billing-dead", "billing-nightly", "billing.x", "billing-2", "billing-3", "billing-4"}
 	for _, route := range routes {
 		reqs, ok := requests[route]
@@ -177,7 +179,15 @@ func TestScopeMatrix(t *testing.T) {
 				switch {
 				case code == 403 || code == 404:
 				case route == "GET /v1/openapi.json": // the document, the same for everyone
-				case code == 200 || code == 204:
+				case code == 200 || code == 202 || code == 204:
+					if code == 202 {
+						var job struct{ Job string }
+						_ = json.Unmarshal([]byte(body), &job)
+						jobs = append(jobs, job.Job)
+					}
+					if strings.Contains(body, `"matched":`) && !strings.Contains(body, `"matched":0`) {
+						t.Errorf("%s %s %s by %s: a bulk job selects billing's: %s", method, rq[0], rq[1], grant, body)
+					}
 					for _, leak := range leaks {
 						if strings.Contains(body, leak) && !(route == "POST /v1/messages/batch" && strings.Contains(body, `"forbidden"`)) {
 							t.Errorf("%s %s %s by %s: %d names %s: %s", method, rq[0], rq[1], grant, code, leak, body)
@@ -191,6 +201,13 @@ func TestScopeMatrix(t *testing.T) {
 				}
 			}
 		}
+	}
+	// The bulk jobs the scoped tokens started run on: wait for their end.
+	for _, job := range jobs {
+		shardtest.WaitFor(t, 30*time.Second, func() bool {
+			_, body := f.raw("GET", "/v1/bulk/"+job, adminToken, "")
+			return strings.Contains(body, `"state":"done"`)
+		}, func() string { return "bulk job " + job + " never ended" })
 	}
 	if after := billingState(t, f); after != before {
 		t.Errorf("the matrix changed billing's things:\nbefore %s\nafter  %s", before, after)
@@ -234,6 +251,34 @@ func TestScopedTokensAct(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"status":"scheduled"`) || !strings.Contains(body, `"status":"forbidden"`) {
 		t.Errorf("a batch half outside the scope: %d %s", code, body)
 	}
+	// A scoped {"all": true} cancels all of the team's own, and nothing
+	// else; its job is the team's to follow.
+	for _, id := range []string{"search-7", "search-8"} {
+		if code, body := f.raw("POST", "/v1/messages", produce, `{"id":"`+id+`","topic":"search.q","delay_ms":60000}`); code != 201 {
+			t.Fatalf("enqueue %s: %d %s", id, code, body)
+		}
+	}
+	code, body = f.raw("POST", "/v1/bulk/cancel", operate, `{"all":true}`)
+	var job struct {
+		Job     string
+		Matched int
+	}
+	if err := json.Unmarshal([]byte(body), &job); code != 202 || err != nil || job.Matched != 4 { // and search-5, and search-hourly's pending occurrence
+		t.Fatalf("scoped bulk cancel of all: %d %s", code, body)
+	}
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		_, body := f.raw("GET", "/v1/bulk/"+job.Job, operate, "")
+		return strings.Contains(body, `"state":"done"`)
+	}, func() string { return "the scoped bulk cancel never ended" })
+	for id, want := range map[string]shard.State{"search-7": shard.StateUnknown, "search-8": shard.StateUnknown, "billing-1": shard.StateScheduled} {
+		if info, _ := f.prod.Inspect(context.Background(), id); info.State != want {
+			t.Errorf("after a scoped bulk cancel of all, %s is %s, want %s", id, info.State, want)
+		}
+	}
+	if code, _ := f.raw("GET", "/v1/bulk/"+job.Job, ops, ""); code != 404 {
+		t.Errorf("another scope reads the job: %d", code)
+	}
+
 	// Lists: the team sees its own, the namespace's reader everyone's.
 	for _, c := range []struct {
 		path, token string

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/scope"
 )
 
 // BulkJob is a bulk cancel or reschedule as POST /v1/bulk/… and GET
@@ -75,6 +78,9 @@ func (a *API) bulk(w http.ResponseWriter, r *http.Request, action string) {
 	if err != nil {
 		a.fail(w, err)
 		return
+	}
+	if c := callerOf(r); !c.Global(RoleOperate) {
+		f.Within = c.Scopes(RoleOperate) // a scoped {"all": true} is all of its own
 	}
 	var to BulkTarget
 	switch {
@@ -186,11 +192,36 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	if j.State == "" {
+	if j.State == "" || !seesJob(callerOf(r), j) {
 		problem(w, http.StatusNotFound, "not found", fmt.Sprintf("no bulk job %s (or it ended more than a day ago)", id), "job")
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
+}
+
+// seesJob reports whether c may see bulk job j: a caller of the whole
+// namespace sees every job; a scoped one, the jobs limited to scopes it
+// reads (a scoped caller's jobs are: BulkFilter.Within, named at the end
+// of the filter).
+func seesJob(c scope.Caller, j BulkJob) bool {
+	if c.Global(RoleRead) {
+		return true
+	}
+	_, names, ok := strings.Cut(j.Filter, " within=")
+	if !ok {
+		if rest, found := strings.CutPrefix(j.Filter, "all within="); found {
+			names, ok = rest, true
+		}
+	}
+	if !ok {
+		return false
+	}
+	for _, name := range strings.Split(names, ",") {
+		if !slices.ContainsFunc(c.Scopes(RoleRead), func(s *scope.Scope) bool { return s.Name == name }) {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops the bulk jobs this API runs and waits for them: each stops

@@ -60,20 +60,22 @@
 // not there (a 404, never a 403 that would tell it exists); a request to
 // write one it may not (an enqueue addressed elsewhere) is refused naming
 // the field. Lists and counts of messages are filtered to the caller's
-// scopes (Caller.Sees), and bulk filters intersected with them. The
+// scopes (Caller.Can with RoleRead), and bulk filters intersected with
+// them. The
 // figures that stay visible to every read grant, whatever its scope, are
 // the namespace's totals by shard (stats), the due-time profile of the
 // namespace and the fleet's rates: they count messages without naming
-// one; the docs of each endpoint say which it shows.
+// one (the flows listed in stats are filtered).
 //
-// Id-addressed changes (cancel, reschedule) by a scope with ids rules are
-// checked on the id alone, with no read: the prefix makes the id the
-// team's, whoever holds it. Without ids rules the stored message's
-// destination is read first and the change made after, two steps: a
-// message another team creates under that very id in between (after the
-// first was cancelled) could be touched. Give every producing scope an
-// id prefix; a scope without one is also told, by a duplicate, that an id
-// another team holds exists.
+// Id-addressed requests (get, cancel, reschedule) are refused with no
+// read when every scope the caller holds has id prefixes and none begins
+// the id, and allowed with no read when one whose only rules are id
+// prefixes begins it: the prefix makes the id the team's, whoever holds
+// it. Otherwise the stored message's destination is read first and the
+// change made after, two steps: a message another team creates under
+// that very id in between (after the first was cancelled) could be
+// touched. Give every producing scope an id prefix; a scope without one
+// is also told, by a duplicate, that an id another team holds exists.
 //
 // # Non-guarantees
 //
