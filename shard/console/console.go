@@ -123,19 +123,19 @@ func New(o Options) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
 	c.mux.HandleFunc("GET /messages", c.page(httpapi.RoleRead, c.message))
 	c.mux.HandleFunc("GET /scheduled", c.page(httpapi.RoleRead, c.scheduled))
-	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleAdmin, c.cancel))
-	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleAdmin, c.reschedule))
-	c.mux.HandleFunc("POST /scheduled/cancel", c.page(httpapi.RoleAdmin, c.bulkCancel))
-	c.mux.HandleFunc("POST /scheduled/reschedule", c.page(httpapi.RoleAdmin, c.bulkReschedule))
+	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleProduce, c.cancel))
+	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleProduce, c.reschedule))
+	c.mux.HandleFunc("POST /scheduled/cancel", c.page(httpapi.RoleOperate, c.bulkCancel))
+	c.mux.HandleFunc("POST /scheduled/reschedule", c.page(httpapi.RoleOperate, c.bulkReschedule))
 	c.mux.HandleFunc("GET /bulk", c.page(httpapi.RoleRead, c.bulk))
 	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
-	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleAdmin, c.deadAction))
+	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleOperate, c.deadAction))
 	c.mux.HandleFunc("GET /flows", c.page(httpapi.RoleRead, c.flows))
-	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleAdmin, c.flowAction))
+	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleOperate, c.flowAction))
 	c.mux.HandleFunc("GET /far", c.page(httpapi.RoleRead, c.farPage))
 	c.mux.HandleFunc("POST /far", c.page(httpapi.RoleAdmin, c.farAction))
 	c.mux.HandleFunc("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
-	c.mux.HandleFunc("POST /schedules", c.page(httpapi.RoleAdmin, c.scheduleAction))
+	c.mux.HandleFunc("POST /schedules", c.page(httpapi.RoleOperate, c.scheduleAction))
 	return c, nil
 }
 
@@ -150,6 +150,13 @@ type session struct {
 	Login bool      // signed in with a token (so a sign-out makes sense)
 	ID    string    // of a sign-in
 	Until time.Time // when the sign-in expires
+}
+
+// May reports whether the session holds role (a role's name: read,
+// produce, operate, admin), for the templates' buttons.
+func (s session) May(role string) bool {
+	r, err := scope.ParseRole(role)
+	return err == nil && s.Role >= r
 }
 
 // page wraps h: it needs a session of at least role (else the sign-in
@@ -172,8 +179,8 @@ func (c *Console) page(role httpapi.Role, h func(http.ResponseWriter, *http.Requ
 			return
 		}
 		if s.Role < role {
-			c.render(w, http.StatusForbidden, "error.html", map[string]any{"S": s, "Title": "Read-only",
-				"Error": "This needs an admin token; yours can only read."})
+			c.render(w, http.StatusForbidden, "error.html", map[string]any{"S": s, "Title": "Not allowed",
+				"Error": fmt.Sprintf("This needs the %s role; your token holds %s.", role, s.Role)})
 			return
 		}
 		if r.Method == http.MethodPost {

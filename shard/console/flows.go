@@ -17,7 +17,7 @@ import (
 func (c *Console) flows(w http.ResponseWriter, r *http.Request, s session) {
 	fs, err := c.o.API.ReadFlows(r.Context())
 	data := map[string]any{"S": s, "Title": "Flow control", "Nav": "flows", "Flows": fs,
-		"Done": r.URL.Query().Get("done"), "Admin": s.Role >= httpapi.RoleAdmin}
+		"Done": r.URL.Query().Get("done"), "Operate": s.Role >= httpapi.RoleOperate}
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}

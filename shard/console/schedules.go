@@ -15,7 +15,7 @@ import (
 // delete. ?name= shows one with its next 10 occurrences.
 func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s session) {
 	data := map[string]any{"S": s, "Title": "Schedules", "Nav": "schedules", "Done": r.URL.Query().Get("done"),
-		"Admin": s.Role >= httpapi.RoleAdmin}
+		"Operate": s.Role >= httpapi.RoleOperate}
 	if name := r.URL.Query().Get("name"); name != "" {
 		one, err := c.o.API.ReadSchedule(r.Context(), name)
 		if err == nil {
