@@ -50,6 +50,9 @@ func (c *Console) bulkAction(w http.ResponseWriter, r *http.Request, s session, 
 		return
 	}
 	f, err := bulkFilter(r.PostForm)
+	if !s.Caller.Global(httpapi.RoleOperate) {
+		f.Within = s.Caller.Scopes(httpapi.RoleOperate) // its own, whatever the filter
+	}
 	if err != nil {
 		c.render(w, http.StatusBadRequest, "error.html", map[string]any{"S": s, "Title": "Not cancelled", "Error": err.Error()})
 		return
@@ -106,7 +109,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, s session) {
 	switch {
 	case err != nil:
 		data["Error"] = err.Error()
-	case job.State == "":
+	case job.State == "" || !httpapi.SeesJob(s.Caller, job):
 		data["Error"] = "no such bulk cancel (or it ended more than a day ago)"
 	default:
 		data["Job"] = job

@@ -63,13 +63,13 @@ type Console struct {
 	o       Options
 	tmpl    *template.Template
 	key     []byte
-	holders map[string]holder // token fingerprint under key -> its role and holder
+	holders map[string]holder // token fingerprint under key -> its grants and holder
 	mux     *http.ServeMux
+	routes  []string
 }
 
 type holder struct {
-	role httpapi.Role
-	name string
+	who scope.Caller
 }
 
 // The console's cookies: the session, and the sign-in form's nonce.
@@ -106,50 +106,54 @@ func New(o Options) (*Console, error) {
 		_, _ = rand.Read(key) // crypto/rand.Read never fails (Go 1.24+)
 	}
 	c := &Console{o: o, tmpl: tmpl, key: key, holders: map[string]holder{}, mux: http.NewServeMux()}
-	// The console acts for the namespace: a session holds what the
-	// token's grants without a scope allow (scoped grants work through
-	// the API).
-	o.Tokens.Each(key, func(fp string, who scope.Caller) {
-		if r := who.GlobalRole(); r > httpapi.RoleNone {
-			c.holders[fp] = holder{r, who.Holder}
-		}
-	})
+	o.Tokens.Each(key, func(fp string, who scope.Caller) { c.holders[fp] = holder{who} })
 	static, _ := fs.Sub(files, "static")
 	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	c.mux.HandleFunc("GET /login", c.loginPage)
-	c.mux.HandleFunc("POST /login", c.login)
-	c.mux.HandleFunc("POST /logout", c.page(httpapi.RoleRead, c.logout))
-	c.mux.HandleFunc("GET /{$}", c.page(httpapi.RoleRead, c.overview))
-	c.mux.HandleFunc("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
-	c.mux.HandleFunc("GET /messages", c.page(httpapi.RoleRead, c.message))
-	c.mux.HandleFunc("GET /scheduled", c.page(httpapi.RoleRead, c.scheduled))
-	c.mux.HandleFunc("POST /messages/cancel", c.page(httpapi.RoleProduce, c.cancel))
-	c.mux.HandleFunc("POST /messages/reschedule", c.page(httpapi.RoleProduce, c.reschedule))
-	c.mux.HandleFunc("POST /scheduled/cancel", c.page(httpapi.RoleOperate, c.bulkCancel))
-	c.mux.HandleFunc("POST /scheduled/reschedule", c.page(httpapi.RoleOperate, c.bulkReschedule))
-	c.mux.HandleFunc("GET /bulk", c.page(httpapi.RoleRead, c.bulk))
-	c.mux.HandleFunc("GET /dead", c.page(httpapi.RoleRead, c.dead))
-	c.mux.HandleFunc("POST /dead", c.page(httpapi.RoleOperate, c.deadAction))
-	c.mux.HandleFunc("GET /flows", c.page(httpapi.RoleRead, c.flows))
-	c.mux.HandleFunc("POST /flows", c.page(httpapi.RoleOperate, c.flowAction))
-	c.mux.HandleFunc("GET /far", c.page(httpapi.RoleRead, c.farPage))
-	c.mux.HandleFunc("POST /far", c.page(httpapi.RoleAdmin, c.farAction))
-	c.mux.HandleFunc("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
-	c.mux.HandleFunc("POST /schedules", c.page(httpapi.RoleOperate, c.scheduleAction))
+	c.handle("GET /login", c.loginPage)
+	c.handle("POST /login", c.login)
+	c.handle("POST /logout", c.page(httpapi.RoleRead, c.logout))
+	c.handle("GET /{$}", c.page(httpapi.RoleRead, c.overview))
+	c.handle("GET /ui/stats", c.page(httpapi.RoleRead, c.statsJSON))
+	c.handle("GET /messages", c.page(httpapi.RoleRead, c.message))
+	c.handle("GET /scheduled", c.page(httpapi.RoleRead, c.scheduled))
+	c.handle("POST /messages/cancel", c.page(httpapi.RoleProduce, c.cancel))
+	c.handle("POST /messages/reschedule", c.page(httpapi.RoleProduce, c.reschedule))
+	c.handle("POST /scheduled/cancel", c.page(httpapi.RoleOperate, c.bulkCancel))
+	c.handle("POST /scheduled/reschedule", c.page(httpapi.RoleOperate, c.bulkReschedule))
+	c.handle("GET /bulk", c.page(httpapi.RoleRead, c.bulk))
+	c.handle("GET /dead", c.page(httpapi.RoleRead, c.dead))
+	c.handle("POST /dead", c.page(httpapi.RoleOperate, c.deadAction))
+	c.handle("GET /flows", c.page(httpapi.RoleRead, c.flows))
+	c.handle("POST /flows", c.page(httpapi.RoleOperate, c.flowAction))
+	c.handle("GET /far", c.page(httpapi.RoleRead, c.farPage))
+	c.handle("POST /far", c.page(httpapi.RoleAdmin, c.farAction))
+	c.handle("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
+	c.handle("POST /schedules", c.page(httpapi.RoleOperate, c.scheduleAction))
 	return c, nil
 }
 
 // Handler serves the console.
 func (c *Console) Handler() http.Handler { return c.mux }
 
+// handle registers h for pattern.
+func (c *Console) handle(pattern string, h http.HandlerFunc) {
+	c.routes = append(c.routes, pattern)
+	c.mux.HandleFunc(pattern, h)
+}
+
+// Routes lists the pages and actions, as "METHOD /path", for the tests
+// that must cover each.
+func (c *Console) Routes() []string { return c.routes }
+
 // session is who is looking at a page.
 type session struct {
-	Role  httpapi.Role
-	Name  string // the token's holder (tokens file), for the audit log
-	CSRF  string
-	Login bool      // signed in with a token (so a sign-out makes sense)
-	ID    string    // of a sign-in
-	Until time.Time // when the sign-in expires
+	Role   httpapi.Role // the highest of its grants: what it may do somewhere
+	Caller scope.Caller // its grants: what it may do where (each action checks them)
+	Name   string       // the token's holder (tokens file), for the audit log
+	CSRF   string
+	Login  bool      // signed in with a token (so a sign-out makes sense)
+	ID     string    // of a sign-in
+	Until  time.Time // when the sign-in expires
 }
 
 // May reports whether the session holds role (a role's name: read,
@@ -204,7 +208,7 @@ func (c *Console) page(role httpapi.Role, h func(http.ResponseWriter, *http.Requ
 // any server with the key accepts it unless Sessions says it ended.
 func (c *Console) session(r *http.Request) (session, error) {
 	if c.o.Tokens == nil {
-		return session{Role: httpapi.RoleAdmin, Name: "local", CSRF: c.mac("csrf:local")}, nil
+		return session{Role: httpapi.RoleAdmin, Caller: scope.Everyone("local"), Name: "local", CSRF: c.mac("csrf:local")}, nil
 	}
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -228,8 +232,18 @@ func (c *Console) session(r *http.Request) (session, error) {
 			return session{}, nil
 		}
 	}
-	return session{Role: h.role, Name: h.name, CSRF: c.mac("csrf:" + f[0]), Login: true, ID: f[0],
+	return session{Role: h.who.Max(), Caller: h.who, Name: httpapi.AuditName(h.who), CSRF: c.mac("csrf:" + f[0]), Login: true, ID: f[0],
 		Until: time.Unix(until, 0)}, nil
+}
+
+// notYours is the error for a message the session may not act on: the
+// one an unknown id gets, so the page tells nothing of another scope's
+// ids.
+func notYours(may bool, id string) error {
+	if may {
+		return nil
+	}
+	return fmt.Errorf("%q: %w", id, shard.ErrNotFound)
 }
 
 // mac is the hex HMAC-SHA256 of s under the console's key.
@@ -293,15 +307,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	who := c.o.Tokens.Caller(token)
-	name := who.Holder
-	switch {
-	case who.Max() == httpapi.RoleNone:
+	name := httpapi.AuditName(who)
+	if who.Max() == httpapi.RoleNone {
 		httpapi.Audit(c.o.Log, "console", "", "sign in", "", errors.New("token not accepted"))
 		c.renderLogin(w, http.StatusUnauthorized, "That token is not accepted.")
-		return
-	case who.GlobalRole() == httpapi.RoleNone:
-		httpapi.Audit(c.o.Log, "console", name, "sign in", "", errors.New("a token limited to scopes"))
-		c.renderLogin(w, http.StatusForbidden, "That token is limited to scopes, which the console does not show: use the API with it.")
 		return
 	}
 	var b [16]byte
@@ -334,14 +343,14 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
-	st, err := c.o.API.ReadStats(r.Context())
+	st, err := c.o.API.ReadStatsFor(r.Context(), s.Caller)
 	data := map[string]any{"S": s, "Title": "Overview", "Nav": "overview", "Stats": st, "ShardSummary": summarizeShards(st.Shards)}
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}
 	data["Rates"], data["RatesNote"] = rateTilesOf(st.Rates)
 	data["DueTopic"] = r.URL.Query().Get("topic")
-	if chart, err := c.dueChartFor(r); err == nil {
+	if chart, err := c.dueChartFor(r, s); err == nil {
 		data["Due"] = chart
 	} else {
 		data["DueErr"] = err.Error()
@@ -355,8 +364,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 // statsJSON feeds the overview's live refresh.
-func (c *Console) statsJSON(w http.ResponseWriter, r *http.Request, _ session) {
-	st, err := c.o.API.ReadStats(r.Context())
+func (c *Console) statsJSON(w http.ResponseWriter, r *http.Request, s session) {
+	st, err := c.o.API.ReadStatsFor(r.Context(), s.Caller)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -374,7 +383,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
 			data["Error"] = err.Error()
 		} else if info, err := c.o.Producer.Inspect(r.Context(), id); err != nil {
 			data["Error"] = err.Error()
-		} else if info.State == shard.StateUnknown {
+		} else if info.State == shard.StateUnknown || !c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleRead, id) {
 			data["Error"] = fmt.Sprintf("%q is not scheduled, in flight or dead (never enqueued, delivered or cancelled).", id)
 		} else {
 			data["M"] = httpapi.MessageOf(info)
@@ -393,7 +402,10 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s session) {
 			"Fields": map[string][]string{"id": {id}}})
 		return
 	}
-	err := c.o.Producer.Cancel(r.Context(), id)
+	err := notYours(c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleProduce, id), id)
+	if err == nil {
+		err = c.o.Producer.Cancel(r.Context(), id)
+	}
 	c.audit(s, "cancel", id, err)
 	if err != nil {
 		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not cancelled", "Error": err.Error()})
@@ -410,7 +422,11 @@ func (c *Console) reschedule(w http.ResponseWriter, r *http.Request, s session) 
 			"Error": fmt.Sprintf("delay %q: give a duration such as 90s, 30m or 2h", r.PostFormValue("delay"))})
 		return
 	}
-	due, err := c.o.Producer.RescheduleAfter(r.Context(), id, d)
+	var due time.Time
+	err = notYours(c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleProduce, id), id)
+	if err == nil {
+		due, err = c.o.Producer.RescheduleAfter(r.Context(), id, d)
+	}
 	c.audit(s, "reschedule", id+" in "+d.String(), err)
 	if err != nil {
 		c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Not rescheduled", "Error": err.Error()})
@@ -425,7 +441,7 @@ func (c *Console) dead(w http.ResponseWriter, r *http.Request, s session) {
 	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 && n <= httpapi.MaxDeadPage {
 		limit = n
 	}
-	page, err := c.o.API.ReadDead(r.Context(), r.URL.Query().Get("after"), limit)
+	page, err := c.o.API.ReadDeadFor(r.Context(), s.Caller, r.URL.Query().Get("after"), limit)
 	data := map[string]any{"S": s, "Title": "Dead messages", "Nav": "dead", "Dead": page.Dead, "Limit": limit,
 		"Done": r.URL.Query().Get("done"), "Next": page.Next, "Paged": r.URL.Query().Get("after") != ""}
 	if st, err := c.o.API.ReadStats(r.Context()); err == nil {
@@ -474,7 +490,7 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	if all {
-		page, err := c.o.API.ReadDead(r.Context(), "", httpapi.MaxSelection)
+		page, err := c.o.API.ReadDeadFor(r.Context(), s.Caller, "", httpapi.MaxSelection)
 		if err != nil {
 			c.render(w, http.StatusServiceUnavailable, "error.html", map[string]any{"S": s, "Title": "Failed", "Error": err.Error()})
 			return
@@ -490,6 +506,9 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 	}
 	done := 0
 	for _, id := range ids {
+		if !c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleOperate, id) {
+			continue // not its own: to this session, not there
+		}
 		if err := op(r.Context(), id); err != nil && !errors.Is(err, shard.ErrNotFound) {
 			c.audit(s, action, fmt.Sprintf("%d dead messages", len(ids)), fmt.Errorf("%d done, then %s: %w", done, id, err))
 			c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Failed",

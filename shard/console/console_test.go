@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -17,7 +16,6 @@ import (
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/console"
 	"github.com/delayq/delayq/shard/httpapi"
-	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -37,10 +35,7 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-const (
-	admin       = "admin-token-0123456789"
-	scopedAdmin = "team-admin-token-0123456"
-)
+const admin = "admin-token-0123456789"
 
 // TestSignInAndCSRF: pages need a session; a bad token is refused; a
 // state-changing form without its CSRF token changes nothing; with it,
@@ -56,11 +51,7 @@ func TestSignInAndCSRF(t *testing.T) {
 	if _, err := prod.Enqueue(ctx, shard.Message{ID: "m1", Topic: "t", Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	scopes, err := scope.ParseSet(strings.NewReader("team topic=team.*\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := httpapi.ParseTokens(strings.NewReader("admin "+admin+"\nadmin "+scopedAdmin+" team-admin team\n"), scopes)
+	tokens, err := httpapi.ParseTokens(strings.NewReader("admin "+admin+"\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,27 +64,8 @@ func TestSignInAndCSRF(t *testing.T) {
 	ts := httptest.NewServer(c.Handler())
 	t.Cleanup(ts.Close)
 	jar, _ := cookiejar.New(nil)
-	cl := &http.Client{Jar: jar}
-	get := func(path string) (int, string) {
-		resp, err := cl.Get(ts.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b := new(strings.Builder)
-		_, _ = io.Copy(b, resp.Body)
-		return resp.StatusCode, b.String()
-	}
-	post := func(path string, form url.Values) (int, string) {
-		resp, err := cl.PostForm(ts.URL+path, form)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b := new(strings.Builder)
-		_, _ = io.Copy(b, resp.Body)
-		return resp.StatusCode, b.String()
-	}
+	b := &signedIn{t: t, base: ts.URL, cl: &http.Client{Jar: jar}} // not yet: no form token
+	get, post := b.get, b.post
 	if code, body := get("/"); code != 200 || !strings.Contains(body, `id="token"`) {
 		t.Fatalf("not signed in: %d, want the sign-in page", code)
 	}
@@ -107,16 +79,6 @@ func TestSignInAndCSRF(t *testing.T) {
 	}
 	if code, body := post("/login", url.Values{"token": {"wrong-token-0123456789"}, "csrf": {loginToken()}}); code != 401 || !strings.Contains(body, "not accepted") {
 		t.Errorf("bad token: %d", code)
-	}
-	// The console shows the whole namespace: a token limited to a scope
-	// is told to use the API.
-	if code, body := post("/login", url.Values{"token": {scopedAdmin}, "csrf": {loginToken()}}); code != 403 || !strings.Contains(body, "limited to scopes") {
-		t.Errorf("a scoped token signs in: %d", code)
-	}
-	if code, _ := get("/"); code != 200 {
-		t.Errorf("after a refused sign-in: %d", code)
-	} else if _, body := get("/"); !strings.Contains(body, `id="token"`) {
-		t.Error("a scoped token's refused sign-in left a session")
 	}
 	if code, body := post("/login", url.Values{"token": {admin}, "csrf": {loginToken()}}); code != 200 || !strings.Contains(body, `id="totals"`) {
 		t.Fatalf("sign in: %d\n%s", code, body)

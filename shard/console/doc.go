@@ -27,12 +27,17 @@
 // included (bound to a nonce cookie of its own), which the server checks
 // in constant time. Sessions and form tokens are signed with
 // Options.Key: instances given the same key accept each other's (serve
-// behind a balancer). A session holds the role its token has over the
-// whole namespace (a token limited to scopes is refused at sign-in: it
-// works through the API): read sees everything and changes nothing;
-// produce also cancels and reschedules a message; operate also redrives
-// and purges, bulk-cancels and reschedules, limits flows and changes
-// schedules; admin also turns the far tier on and off.
+// behind a balancer). A session holds its token's grants (package scope):
+// read sees and changes nothing; produce also cancels and reschedules a
+// message; operate also redrives and purges, bulk-cancels and
+// reschedules, limits flows and changes schedules; admin also turns the
+// far tier on and off. A session of a token limited to scopes sees only
+// its scopes' messages, dead messages, flows, schedules, topics and bulk
+// jobs, and acts only on them, through the same checks as the API
+// (httpapi's readers ending in For, MayAddress, MaySchedule); the
+// namespace's counts stay visible, and the far tier's switch needs a
+// grant without a scope. TestConsoleScopes sends every page and action
+// (Routes) with another team's session.
 // With no tokens configured, nobody signs in and every visitor is an
 // admin (the server then listens on loopback only; httpapi.Guard keeps
 // other sites' pages out). Every change is logged as one "audit" line

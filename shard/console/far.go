@@ -15,7 +15,7 @@ import (
 func (c *Console) farPage(w http.ResponseWriter, r *http.Request, s session) {
 	f, err := c.o.API.ReadFar(r.Context())
 	data := map[string]any{"S": s, "Title": "Far tier", "Nav": "far", "Far": f,
-		"Done": r.URL.Query().Get("done"), "Admin": s.Role >= httpapi.RoleAdmin}
+		"Done": r.URL.Query().Get("done"), "Admin": s.Caller.Global(httpapi.RoleAdmin)}
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
 	}
@@ -38,6 +38,11 @@ func (c *Console) farAction(w http.ResponseWriter, r *http.Request, s session) {
 				"Redis needs the memory the tier saved (about 4 times as much for those messages).",
 			"Post": "/far", "Back": "/far", "Verb": "turn off", "Danger": true,
 			"Fields": map[string][]string{"action": {"off"}}})
+		return
+	}
+	if !s.Caller.Global(httpapi.RoleAdmin) {
+		c.render(w, http.StatusForbidden, "error.html", map[string]any{"S": s, "Title": "Not changed", "Nav": "far",
+			"Error": "The far tier is the namespace's: this needs an admin token without a scope."})
 		return
 	}
 	req := httpapi.FarRequest{On: &on, Horizon: strings.TrimSpace(r.PostFormValue("horizon"))}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 // flows lists every limited or paused topic with what it holds back, and
 // (for an admin) forms to limit, pause and resume one.
 func (c *Console) flows(w http.ResponseWriter, r *http.Request, s session) {
-	fs, err := c.o.API.ReadFlows(r.Context())
+	fs, err := c.o.API.ReadFlowsFor(r.Context(), s.Caller)
 	data := map[string]any{"S": s, "Title": "Flow control", "Nav": "flows", "Flows": fs,
 		"Done": r.URL.Query().Get("done"), "Operate": s.Role >= httpapi.RoleOperate}
 	if err != nil {
@@ -34,6 +35,11 @@ func (c *Console) flowAction(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	req := httpapi.FlowRequest{Until: strings.TrimSpace(r.PostFormValue("until"))}
+	if !s.Caller.CanTopic(httpapi.RoleOperate, topic) {
+		c.render(w, http.StatusForbidden, "error.html", map[string]any{"S": s, "Title": "Not changed", "Nav": "flows",
+			"Error": fmt.Sprintf("topic %q is not in a scope your token may operate in", topic)})
+		return
+	}
 	var err error
 	if action == "limit" {
 		rate := strings.TrimSpace(r.PostFormValue("rate"))

@@ -125,18 +125,28 @@ func shortDur(d time.Duration) string {
 
 // dueChartFor reads the profile r asks for (?due=hour, else minute; ?topic=
 // one topic's) and up to 200 known topics, for the chart's topic field.
-func (c *Console) dueChartFor(r *http.Request) (dueChart, error) {
+func (c *Console) dueChartFor(r *http.Request, s session) (dueChart, error) {
 	res := r.URL.Query().Get("due")
 	if res != "hour" {
 		res = "minute"
 	}
-	p, err := c.o.API.ReadDueProfile(r.Context(), res, strings.TrimSpace(r.URL.Query().Get("topic")))
+	topic := strings.TrimSpace(r.URL.Query().Get("topic"))
+	if topic != "" && !s.Caller.CanTopic(httpapi.RoleRead, topic) {
+		return dueChart{}, fmt.Errorf("topic %q is not in your scopes", topic)
+	}
+	p, err := c.o.API.ReadDueProfile(r.Context(), res, topic)
 	if err != nil {
 		return dueChart{}, err
 	}
 	chart := newDueChart(p, time.Now())
-	if chart.Topics, err = c.o.Producer.Store().Topics(r.Context(), 200); err != nil {
+	topics, err := c.o.Producer.Store().Topics(r.Context(), 200)
+	if err != nil {
 		return dueChart{}, err
+	}
+	for _, t := range topics {
+		if s.Caller.CanTopic(httpapi.RoleRead, t) {
+			chart.Topics = append(chart.Topics, t)
+		}
 	}
 	return chart, nil
 }

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -18,6 +20,9 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s session) {
 		"Operate": s.Role >= httpapi.RoleOperate}
 	if name := r.URL.Query().Get("name"); name != "" {
 		one, err := c.o.API.ReadSchedule(r.Context(), name)
+		if may, merr := c.o.API.MaySchedule(r.Context(), s.Caller, httpapi.RoleRead, name); err == nil && (merr != nil || !may) {
+			err = cmp.Or(merr, fmt.Errorf("schedule %q: %w", name, shard.ErrScheduleNotFound))
+		}
 		if err == nil {
 			data["One"] = one
 			data["Preview"], err = c.o.API.PreviewSchedule(r.Context(), name, time.Time{}, 10)
@@ -29,7 +34,7 @@ func (c *Console) schedules(w http.ResponseWriter, r *http.Request, s session) {
 		c.render(w, statusOfSchedule(err), "schedules.html", data)
 		return
 	}
-	list, err := c.o.API.ReadSchedules(r.Context())
+	list, err := c.o.API.ReadSchedulesFor(r.Context(), s.Caller)
 	data["Schedules"] = list
 	if err != nil {
 		data["Error"] = "Redis: " + err.Error()
@@ -63,7 +68,15 @@ func (c *Console) scheduleAction(w http.ResponseWriter, r *http.Request, s sessi
 			"Fields": map[string][]string{"action": {"delete"}, "name": {name}}})
 		return
 	}
-	info, err := c.o.API.ChangeSchedule(r.Context(), "console", s.Name, action, name)
+	may, err := c.o.API.MaySchedule(r.Context(), s.Caller, httpapi.RoleOperate, name)
+	var info shard.ScheduleInfo
+	switch {
+	case err != nil:
+	case !may:
+		err = fmt.Errorf("schedule %q: %w", name, shard.ErrScheduleNotFound)
+	default:
+		info, err = c.o.API.ChangeSchedule(r.Context(), "console", s.Name, action, name)
+	}
 	if err != nil {
 		c.render(w, statusOfSchedule(err), "error.html", map[string]any{"S": s, "Title": "Not changed", "Nav": "schedules", "Error": err.Error()})
 		return

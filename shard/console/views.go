@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 )
 
 // timeView is a time as the pages show it: UTC, how long ago or from now,
@@ -132,6 +133,9 @@ func (c *Console) scheduled(w http.ResponseWriter, r *http.Request, s session) {
 	data := map[string]any{"S": s, "Title": "Scheduled", "Nav": "scheduled", "Q": map[string]string{
 		"shard": q.Get("shard"), "topic": q.Get("topic"), "prefix": q.Get("prefix"), "from": q.Get("from"), "to": q.Get("to")}}
 	bq, err := browseQuery(q)
+	if !s.Caller.Global(httpapi.RoleRead) {
+		bq.Within = s.Caller.Scopes(httpapi.RoleRead)
+	}
 	if err == nil {
 		var page []shard.Listed
 		var next *shard.BrowseCursor

@@ -32,12 +32,13 @@ import (
 //     message's destination, its name as the id): as onMessage.
 //   - inBody(role): messages in the request body (or a bulk filter, which
 //     the handler limits to the caller's scopes: BulkFilter.Within); and
-//     listed(role): a list. These the handler checks per item, with the helpers below
-//     (mayWrite, sees), the only way to the caller's grants; the role
-//     matrix test (access_test.go) sends every route of the OpenAPI
-//     document, with a token of another scope, and fails on any change
-//     or any of the other scope's ids, topics or names in an answer, so
-//     a route whose handler forgets is caught.
+//     listed(role): a list. These the handler checks per item, with the
+//     helpers below (mayWrite, and the readers ending in For, which the
+//     console uses too); the role matrix test (access_test.go) sends
+//     every route of the OpenAPI document, with a token of another
+//     scope, and fails on any change or any of the other scope's ids,
+//     topics or names in an answer, so a route whose handler forgets is
+//     caught.
 //
 // A caller with a grant of role for the whole namespace passes every
 // check without a read.
@@ -133,10 +134,12 @@ func (a *API) check(w http.ResponseWriter, r *http.Request, rule access, c scope
 	return true
 }
 
-// holderOf is who made r, for the audit log: the token's holder, and
-// its grants when it is limited to scopes.
-func holderOf(r *http.Request) string {
-	c := callerOf(r)
+// holderOf is who made r, for the audit log (AuditName).
+func holderOf(r *http.Request) string { return AuditName(callerOf(r)) }
+
+// AuditName is who the audit log names for c: the token's holder, and its
+// grants when it is limited to scopes.
+func AuditName(c scope.Caller) string {
 	if !c.Scoped() {
 		return c.Holder
 	}
@@ -212,16 +215,6 @@ func fieldOutside(c scope.Caller, role Role, m shard.Message) string {
 	return "exchange"
 }
 
-// sees reports whether the caller of r may see message id, addressed as
-// env says (nil: unreadable, seen only by a caller of the whole
-// namespace), as listed items are filtered.
-func sees(r *http.Request, id string, env *shard.Envelope) bool {
-	return callerOf(r).Can(RoleRead, targetOf(id, env))
-}
-
-// seesTopic reports whether the caller of r may see topic's flow.
-func seesTopic(r *http.Request, topic string) bool { return callerOf(r).CanTopic(RoleRead, topic) }
-
 func targetOf(id string, env *shard.Envelope) scope.Target {
 	t := scope.Target{ID: id}
 	if env != nil {
@@ -237,3 +230,79 @@ func targetOfMessage(m shard.Message) scope.Target {
 // scheduleTarget is a schedule as a scope sees it: its name as the id
 // (its occurrences' ids begin with it) and its message's destination.
 func scheduleTarget(info shard.ScheduleInfo) scope.Target { return targetOf(info.Name, info.Envelope) }
+
+// The checks and readers for a caller, which the API's handlers and the
+// console (for the caller its session holds) share.
+
+// MayAddress reports whether c may act with role on message id (the
+// onMessage rule).
+func (a *API) MayAddress(ctx context.Context, c scope.Caller, role Role, id string) bool {
+	if c.Global(role) {
+		return true
+	}
+	return c.Max() >= role && a.mayAddress(ctx, c, role, id)
+}
+
+// MaySchedule reports whether c may act with role on schedule name (the
+// onSchedule rule): yes when there is no such schedule (what follows says
+// so, or creates it from a message c may write).
+func (a *API) MaySchedule(ctx context.Context, c scope.Caller, role Role, name string) (bool, error) {
+	if c.Global(role) {
+		return true, nil
+	}
+	info, err := a.o.Store.ScheduleInfo(ctx, name)
+	switch {
+	case errors.Is(err, shard.ErrScheduleNotFound):
+		return c.Max() >= role, nil
+	case err != nil:
+		return false, err
+	}
+	return c.Can(role, scheduleTarget(info)), nil
+}
+
+// ReadStatsFor is ReadStats as c sees it: the flows of its topics.
+func (a *API) ReadStatsFor(ctx context.Context, c scope.Caller) (Stats, error) {
+	st, err := a.ReadStats(ctx)
+	st.Flows = flowsOf(c, st.Flows)
+	return st, err
+}
+
+// ReadFlowsFor is ReadFlows as c sees it: the flows of its topics.
+func (a *API) ReadFlowsFor(ctx context.Context, c scope.Caller) ([]Flow, error) {
+	fs, err := a.ReadFlows(ctx)
+	return flowsOf(c, fs), err
+}
+
+func flowsOf(c scope.Caller, fs []Flow) []Flow {
+	kept := fs[:0:0]
+	for _, f := range fs {
+		if c.CanTopic(RoleRead, f.Topic) {
+			kept = append(kept, f)
+		}
+	}
+	return kept
+}
+
+// ReadSchedulesFor is ReadSchedules as c sees it: the schedules whose
+// message it may read.
+func (a *API) ReadSchedulesFor(ctx context.Context, c scope.Caller) ([]Schedule, error) {
+	return a.readSchedules(ctx, func(info shard.ScheduleInfo) bool { return c.Can(RoleRead, scheduleTarget(info)) })
+}
+
+// ReadDeadFor is ReadDead as c sees it. A scoped caller's page holds its
+// own dead messages, each one's destination read: it may hold fewer than
+// limit, and Next still says where to go on.
+func (a *API) ReadDeadFor(ctx context.Context, c scope.Caller, after string, limit int) (DeadPage, error) {
+	page, err := a.ReadDead(ctx, after, limit)
+	if err != nil || c.Global(RoleRead) {
+		return page, err
+	}
+	kept := page.Dead[:0]
+	for _, d := range page.Dead {
+		if a.mayAddress(ctx, c, RoleRead, d.ID) {
+			kept = append(kept, d)
+		}
+	}
+	page.Dead = kept
+	return page, nil
+}

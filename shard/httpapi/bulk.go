@@ -192,18 +192,18 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, err)
 		return
 	}
-	if j.State == "" || !seesJob(callerOf(r), j) {
+	if j.State == "" || !SeesJob(callerOf(r), j) {
 		problem(w, http.StatusNotFound, "not found", fmt.Sprintf("no bulk job %s (or it ended more than a day ago)", id), "job")
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
 }
 
-// seesJob reports whether c may see bulk job j: a caller of the whole
+// SeesJob reports whether c may see bulk job j: a caller of the whole
 // namespace sees every job; a scoped one, the jobs limited to scopes it
 // reads (a scoped caller's jobs are: BulkFilter.Within, named at the end
 // of the filter).
-func seesJob(c scope.Caller, j BulkJob) bool {
+func SeesJob(c scope.Caller, j BulkJob) bool {
 	if c.Global(RoleRead) {
 		return true
 	}

@@ -63,18 +63,12 @@ func (a *API) ReadFlows(ctx context.Context) ([]Flow, error) {
 }
 
 func (a *API) flows(w http.ResponseWriter, r *http.Request) {
-	fs, err := a.ReadFlows(r.Context())
+	fs, err := a.ReadFlowsFor(r.Context(), callerOf(r))
 	if err != nil {
 		a.fail(w, err)
 		return
 	}
-	kept := fs[:0]
-	for _, f := range fs {
-		if seesTopic(r, f.Topic) {
-			kept = append(kept, f)
-		}
-	}
-	writeJSON(w, http.StatusOK, kept)
+	writeJSON(w, http.StatusOK, fs)
 }
 
 // FlowRequest is the body of PUT /v1/flows/{topic} (a limit) and of

@@ -189,7 +189,7 @@ func (a *API) UpsertSchedule(ctx context.Context, via, who, name string, body []
 }
 
 func (a *API) schedules(w http.ResponseWriter, r *http.Request) {
-	out, err := a.readSchedules(r.Context(), func(info shard.ScheduleInfo) bool { return sees(r, info.Name, info.Envelope) })
+	out, err := a.ReadSchedulesFor(r.Context(), callerOf(r))
 	if err != nil {
 		a.fail(w, err)
 		return
