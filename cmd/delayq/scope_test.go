@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -99,6 +101,59 @@ func TestScopesFileRefusedNamingTheLine(t *testing.T) {
 		}
 		if strings.Contains(string(out), consoleAdmin) || strings.Contains(string(out), billingToken) {
 			t.Errorf("%s: a token in the error:\n%s", c.cmd, out)
+		}
+	}
+}
+
+// TestConsoleScopedInABrowser: in Chromium, a token limited to the search
+// team's scope signs in to the console and sees its team's messages,
+// flows and schedules, and none of billing's, on every page.
+func TestConsoleScopedInABrowser(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := browser(t)
+	for _, args := range [][]string{
+		{"enqueue", "--id", "billing-1", "--topic", "billing.refund", "--delay", "1h"},
+		{"enqueue", "--id", "search-1", "--topic", "search.q", "--delay", "1h"},
+		{"flow", "limit", "billing.refund", "10"},
+		{"flow", "limit", "search.q", "20"},
+		{"schedule", "set", "billing-nightly", "30 2 * * *", "--topic", "billing.refund"},
+		{"schedule", "set", "search-hourly", "@hourly", "--topic", "search.q"},
+	} {
+		if _, e, code := w.delayq("", args...); code != 0 {
+			t.Fatalf("%v: %s", args, e)
+		}
+	}
+	dir := t.TempDir()
+	scopes, tokens := filepath.Join(dir, "scopes"), filepath.Join(dir, "tokens")
+	must(t, os.WriteFile(scopes, []byte("billing topic=billing.* ids=billing-\nsearch topic=search.* ids=search-\n"), 0o644))
+	const searchOps = "search-operate-token-0123"
+	must(t, os.WriteFile(tokens, []byte("admin "+consoleAdmin+"\noperate "+searchOps+" search-ops search\n"), 0o600))
+	base := w.serve(t, "DELAYQ_SCOPES_FILE="+scopes, "DELAYQ_HTTP_TOKENS_FILE="+tokens)
+
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), searchOps), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("totals"))))
+	for _, page := range []struct{ path, table, own string }{
+		{"/scheduled", "scheduled", "search-1"},
+		{"/flows", "flows", "search.q"},
+		{"/schedules", "schedules", "search-hourly"},
+	} {
+		must(t, chromedp.Do(ctx, chromedp.Navigate(base+page.path), chromedp.WaitVisible(chromedp.ID(page.table))))
+		shown, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		must(t, err)
+		if !strings.Contains(shown, page.own) || strings.Contains(shown, "billing") {
+			t.Errorf("%s shows the search team:\n%s\nwant %s and nothing of billing's", page.path, shown, page.own)
+		}
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	must(t, err)
+	t.Logf("screenshot: %s", artifact(t, "console-scoped-schedules.png", png))
+	for _, path := range []string{"/", "/dead", "/messages?id=billing-1", "/schedules?name=billing-nightly"} {
+		must(t, chromedp.Do(ctx, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main"))))
+		shown, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))
+		must(t, err)
+		if strings.Contains(shown, "billing.refund") || strings.Contains(shown, "in 59 m") && strings.Contains(path, "billing-1") {
+			t.Errorf("%s shows billing's to the search team:\n%s", path, shown)
 		}
 	}
 }
