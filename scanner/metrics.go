@@ -61,6 +61,12 @@ type Metrics struct {
 	// it. The topic label takes only topics with a flow.
 	FlowReleased *prometheus.CounterVec
 	FlowLateness *prometheus.HistogramVec
+	// ScopePublished and ScopeLateness are Published and the confirm
+	// time minus due time (flow-held messages included) by the scope of
+	// each message (Deps.Scopes; a message of no scope is not counted
+	// here). The scope label takes the scopes file's names.
+	ScopePublished *prometheus.CounterVec
+	ScopeLateness  *prometheus.HistogramVec
 }
 
 // Dead-letter reasons, the values of the reason label.
@@ -113,12 +119,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FlowLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "delayq", Name: "flow_lateness_seconds",
 			Help:    "Broker confirm time minus due time of messages held by their topic's limit or pause.",
 			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400}}, []string{"topic"}),
+		ScopePublished: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "scope_published_total",
+			Help: "Messages confirmed by the broker, by the scope (team) they belong to."}, []string{"scope"}),
+		ScopeLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "delayq", Name: "scope_lateness_seconds",
+			Help:    "Broker confirm time minus due time, by the scope (team) of the message.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}}, []string{"scope"}),
 	}
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
 	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.FarPromoted, m.FarPromotionAhead, m.FarCompacted, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
-		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness)
+		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness, m.ScopePublished, m.ScopeLateness)
 	return m
 }
 

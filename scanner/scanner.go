@@ -21,6 +21,7 @@ import (
 	"github.com/delayq/delayq/router"
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/backoff"
+	"github.com/delayq/delayq/shard/scope"
 )
 
 // Config tunes a Scanner. Zero fields take the documented defaults.
@@ -180,6 +181,10 @@ type Deps struct {
 	// Tracer, when set, gives each message a publish span (trace.go;
 	// tracing.Setup makes it from the OTEL_* variables). nil: no spans.
 	Tracer trace.Tracer
+	// Scopes, when set, are the teams sharing the namespace: each
+	// published message is counted in its scope's metrics
+	// (Metrics.ScopePublished, ScopeLateness).
+	Scopes *scope.Set
 	// AtStep, when set, is called at each step of a message's way where a
 	// crash test kills the process: StepFired (an occurrence of a
 	// schedule fired: its next one stored, itself not yet published),
@@ -588,7 +593,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 	w := s.windowOf(held)
 	for j := range msgs {
 		c := &msgs[j]
-		m, span, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
+		m, span, sc, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
 		switch {
 		case errors.Is(err, errNotToPublish): // a missed occurrence its schedule skips, or one another scanner has
 			w.Release(1)
@@ -603,7 +608,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 			w.Release(1)
 			continue
 		}
-		if err := s.publish(pctx, i, c, m, deadline, held, span); err != nil {
+		if err := s.publish(pctx, i, c, m, deadline, held, sc, span); err != nil {
 			s.release(ctx, i, c, err)
 			endSpan(span, "released for a retry", err.Error(), false)
 			w.Release(1)
@@ -634,17 +639,18 @@ type deadReason struct {
 }
 
 // prepare turns a message claimed at nowMs (released by its topic's flow
-// control at releasedMs, 0 if not held) into a publish, and starts its
-// publish span (nil when tracing is off; the caller ends it). A non-nil
-// dead means it can never be published (dead-letter); an error means not
-// now (release).
-func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, trace.Span, *deadReason, error) {
+// control at releasedMs, 0 if not held) into a publish, starts its
+// publish span (nil when tracing is off; the caller ends it), and names
+// its scope ("" for none, or without Deps.Scopes). A non-nil dead means
+// it can never be published (dead-letter); an error means not now
+// (release).
+func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Claimed, releasedMs int64) (publisher.Message, trace.Span, string, *deadReason, error) {
 	if c.Envelope == nil {
-		return publisher.Message{}, nil, &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
+		return publisher.Message{}, nil, "", &deadReason{ReasonCorrupt, "envelope missing from the msg hash", false}, nil
 	}
 	env, err := shard.DecodeEnvelope(c.Envelope)
 	if err != nil {
-		return publisher.Message{}, nil, &deadReason{ReasonCorrupt, err.Error(), false}, nil
+		return publisher.Message{}, nil, "", &deadReason{ReasonCorrupt, err.Error(), false}, nil
 	}
 	if env.Occurrence.Schedule != "" {
 		// Fired before anything else, so the schedule goes on whatever
@@ -653,11 +659,11 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		s.d.Metrics.OccurrencesSkipped.Add(float64(f.Skipped))
 		switch {
 		case err != nil && !f.Publish:
-			return publisher.Message{}, nil, nil, err // released: due again shortly
+			return publisher.Message{}, nil, "", nil, err // released: due again shortly
 		case err != nil:
 			s.errLog.warn("fire an occurrence of a schedule", err)
 		case !f.Publish:
-			return publisher.Message{}, nil, nil, errNotToPublish
+			return publisher.Message{}, nil, "", nil, errNotToPublish
 		}
 		s.d.Metrics.Occurrences.Inc()
 		if s.d.AtStep != nil {
@@ -667,19 +673,19 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 	span := s.startPublishSpan(c, &env, i, nowMs)
 	dest, err := s.d.Routes.Resolve(env.Topic, env.Exchange, env.RoutingKey)
 	if err != nil {
-		return publisher.Message{}, span, &deadReason{ReasonNoRoute, err.Error(), false}, nil
+		return publisher.Message{}, span, "", &deadReason{ReasonNoRoute, err.Error(), false}, nil
 	}
 	destined(span, dest.Exchange, dest.RoutingKey) // before any refusal, so its span names where it went
 	why, expired := env.Expired(c.DueMs, nowMs)
 	if expired && dest.Expired != router.ExpiredPublish {
-		return publisher.Message{}, span, &deadReason{ReasonExpired, why, false}, nil
+		return publisher.Message{}, span, "", &deadReason{ReasonExpired, why, false}, nil
 	}
 	ok, err := s.d.Publisher.ExchangeExists(ctx, dest.Exchange)
 	if err != nil {
-		return publisher.Message{}, span, nil, err
+		return publisher.Message{}, span, "", nil, err
 	}
 	if !ok {
-		return publisher.Message{}, span, &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
+		return publisher.Message{}, span, "", &deadReason{ReasonExchangeMissing, fmt.Sprintf("exchange %q not found", dest.Exchange), true}, nil
 	}
 	h := make(amqp.Table, len(env.Headers)+5)
 	for _, kv := range env.Headers {
@@ -717,7 +723,7 @@ func (s *Scanner) prepare(ctx context.Context, i int, nowMs int64, c *shard.Clai
 		ContentType: env.ContentType, ContentEncoding: p.ContentEncoding, CorrelationID: p.CorrelationID,
 		ReplyTo: p.ReplyTo, Expiration: p.Expiration, Type: p.Type, AppID: p.AppID, Priority: p.Priority,
 		DeliveryMode: p.DeliveryMode, Headers: h, Body: env.Body, Timestamp: ts,
-	}, span, nil, nil
+	}, span, s.scopeOf(c.ID, &env), nil, nil
 }
 
 // undeliverable settles a message that could not be published for why: a

@@ -21,6 +21,7 @@ type sent struct {
 	deadline  time.Time // publish + confirm must be done by then, else release
 	published time.Time
 	held      string     // the topic whose releaser let it go, "" when a claim took it
+	scope     string     // the scope it belongs to (Deps.Scopes), "" for none
 	span      trace.Span // its publish span; nil when tracing is off
 	// settled is set once, by whichever comes first: its confirm, or the
 	// confirm watch when the deadline passed (or the scanner abandons
@@ -79,8 +80,8 @@ func (s *Scanner) watchEvery() time.Duration {
 // that waits (for a connection, or while the broker blocks publishers)
 // ends at ctx's deadline, the message's own, and its caller settles it;
 // were the watch to take it meanwhile, both would.
-func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, held string, span trace.Span) error {
-	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), held: held, span: span}
+func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, held, scope string, span trace.Span) error {
+	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), held: held, scope: scope, span: span}
 	s.watch.open.Add(1) // before the publish: its confirm may come before the append below
 	if err := s.d.Publisher.PublishNotify(ctx, m, func(err error) { s.onConfirm(x, err) }); err != nil {
 		s.watch.open.Add(-1)
@@ -119,6 +120,10 @@ func (s *Scanner) onConfirm(m *sent, err error) {
 	} else { // the lateness its topic's limit or pause chose: apart
 		s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
 		lateBy = -1
+	}
+	if m.scope != "" {
+		s.d.Metrics.ScopePublished.WithLabelValues(m.scope).Inc()
+		s.d.Metrics.ScopeLateness.WithLabelValues(m.scope).Observe(late)
 	}
 	if m.c.Attempt > 1 {
 		s.d.Metrics.Redelivered.Inc()

@@ -43,10 +43,10 @@ func metricNames(t *testing.T) map[string]bool {
 	scanner.NewFlowCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
 	scanner.NewScheduleCollector(nil).Describe(descs)
-	// The ingress's vectors, and the flow vectors, have no sample until a
-	// message comes.
+	// The ingress's vectors, and the flow and scope vectors, have no
+	// sample until a message comes.
 	im := ingress.NewMetrics(nil)
-	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming, sm.FlowReleased, sm.FlowLateness} {
+	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming, sm.FlowReleased, sm.FlowLateness, sm.ScopePublished, sm.ScopeLateness} {
 		c.Describe(descs)
 	}
 	close(descs)

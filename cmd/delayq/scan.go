@@ -231,9 +231,13 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return startFailed(err)
 	}
+	scopes, err := c.scopes() // validated at start (validateScan)
+	if err != nil {
+		return startFailed(err)
+	}
 	deps := scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
-		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics, Tracer: tr.t,
+		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics, Tracer: tr.t, Scopes: scopes,
 	}
 	if crash != nil {
 		deps.AtStep = func(step string) { crash(ingress.Step(step)) }

@@ -157,3 +157,33 @@ func TestConsoleScopedInABrowser(t *testing.T) {
 		}
 	}
 }
+
+// TestScopeMetrics: a scanner given the scopes counts each published
+// message in its scope's metrics, and a message of no scope in none.
+func TestScopeMetrics(t *testing.T) {
+	w := newWorld(t, 4)
+	w.consume()
+	scopes := filepath.Join(t.TempDir(), "scopes")
+	must(t, os.WriteFile(scopes, []byte("billing exchange="+w.exchange+" ids=billing-\nsearch exchange="+w.exchange+" ids=search-\n"), 0o644))
+	p := w.scan("DELAYQ_SCOPES_FILE=" + scopes)
+	var lines []string
+	var ids []string
+	for _, id := range []string{"billing-1", "billing-2", "search-1", "other-1"} {
+		lines = append(lines, `{"id":"`+id+`","exchange":"`+w.exchange+`","routing_key":"rk","delay_ms":10}`)
+		ids = append(ids, id)
+	}
+	if _, e, code := w.delayq(strings.Join(lines, "\n")+"\n", "enqueue", "-f", "-"); code != 0 {
+		t.Fatal(e)
+	}
+	w.waitDelivered(ids, 30*time.Second)
+	m := p.scrape(t)
+	for _, want := range []string{`delayq_scope_published_total{scope="billing"} 2`, `delayq_scope_published_total{scope="search"} 1`,
+		`delayq_scope_lateness_seconds_count{scope="billing"} 2`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(m, `scope=""`) {
+		t.Error("a message of no scope is counted under an empty scope")
+	}
+}

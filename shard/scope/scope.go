@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Target is what a check needs of a message: its id and destination (a
@@ -192,10 +194,18 @@ func idsOverlap(a, b []string) bool {
 }
 
 // Set is the scopes of a namespace, none of which overlap. A nil *Set has
-// no scopes.
+// no scopes. It is not changed once parsed, and safe for concurrent use.
 type Set struct {
 	scopes []*Scope
+	// byDest caches, for a destination, the scopes it may be in (those
+	// whose destination rules match it), so Of checks ids only: a
+	// scanner looks up every message it publishes. Up to maxCached
+	// destinations; past them Of checks every scope.
+	byDest sync.Map // "t\x00topic" or "x\x00exchange\x00key" -> []*Scope
+	cached atomic.Int64
 }
+
+const maxCached = 10_000
 
 // Get returns the scope called name.
 func (s *Set) Get(name string) (*Scope, bool) {
@@ -213,11 +223,30 @@ func (s *Set) Get(name string) (*Scope, bool) {
 // Of returns the scope message t is in, or nil: at most one is (the scopes
 // do not overlap).
 func (s *Set) Of(t Target) *Scope {
-	if s == nil {
+	if s == nil || len(s.scopes) == 0 {
 		return nil
 	}
-	for _, sc := range s.scopes {
-		if sc.Contains(t) {
+	key := "t\x00" + t.Topic
+	if t.Topic == "" {
+		key = "x\x00" + t.Exchange + "\x00" + t.RoutingKey
+	}
+	var cands []*Scope
+	if v, ok := s.byDest.Load(key); ok {
+		cands = v.([]*Scope)
+	} else {
+		for _, sc := range s.scopes {
+			if sc.HasDestination(t) {
+				cands = append(cands, sc)
+			}
+		}
+		if s.cached.Load() < maxCached {
+			if _, had := s.byDest.LoadOrStore(key, cands); !had {
+				s.cached.Add(1)
+			}
+		}
+	}
+	for _, sc := range cands {
+		if sc.HasID(t.ID) {
 			return sc
 		}
 	}

@@ -1,6 +1,7 @@
 package scope_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -164,4 +165,28 @@ func FuzzParseSet(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkOf: the scope of a message among 100 scopes, as a scanner
+// looks it up for each message it publishes (go test -bench Of
+// ./shard/scope/).
+func BenchmarkOf(b *testing.B) {
+	var file strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&file, "team%d topic=team%d.* ids=t%d-\n", i, i, i)
+	}
+	set, err := scope.ParseSet(strings.NewReader(file.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	targets := make([]scope.Target, 64)
+	for j := range targets {
+		targets[j] = scope.Target{ID: fmt.Sprintf("t%d-%d", j, j), Topic: fmt.Sprintf("team%d.event", j)}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if set.Of(targets[i%len(targets)]) == nil {
+			b.Fatal("no scope")
+		}
+	}
 }
