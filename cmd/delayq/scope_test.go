@@ -176,13 +176,20 @@ func TestScopeMetrics(t *testing.T) {
 		t.Fatal(e)
 	}
 	w.waitDelivered(ids, 30*time.Second)
-	m := p.scrape(t)
-	for _, want := range []string{`delayq_scope_published_total{scope="billing"} 2`, `delayq_scope_published_total{scope="search"} 1`,
-		`delayq_scope_lateness_seconds_count{scope="billing"} 2`} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %s", want)
+	// A consumer may get a message before its publisher has the broker's
+	// confirm, which is when it is counted: wait for the counts.
+	wants := []string{`delayq_scope_published_total{scope="billing"} 2`, `delayq_scope_published_total{scope="search"} 1`,
+		`delayq_scope_lateness_seconds_count{scope="billing"} 2`}
+	var m string
+	shardtest.WaitFor(t, 10*time.Second, func() bool {
+		m = p.scrape(t)
+		for _, want := range wants {
+			if !strings.Contains(m, want) {
+				return false
+			}
 		}
-	}
+		return true
+	}, func() string { return "the scope metrics never said " + strings.Join(wants, ", ") + ":\n" + m })
 	if strings.Contains(m, `scope=""`) {
 		t.Error("a message of no scope is counted under an empty scope")
 	}
