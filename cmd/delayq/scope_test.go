@@ -133,6 +133,9 @@ func TestConsoleScopedInABrowser(t *testing.T) {
 	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), searchOps), chromedp.Click(chromedp.ID("signin")),
 		chromedp.WaitVisible(chromedp.ID("totals"))))
+	if who, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("who"))); err != nil || !strings.Contains(who, "operate@search") {
+		t.Errorf("the header says %q (%v), want the session's grant operate@search", who, err)
+	}
 	for _, page := range []struct{ path, table, own string }{
 		{"/scheduled", "scheduled", "search-1"},
 		{"/flows", "flows", "search.q"},

@@ -156,6 +156,15 @@ type session struct {
 	Until  time.Time // when the sign-in expires
 }
 
+// Grants is what the page header says the session may do: its role, or
+// for a token limited to scopes each grant (operate@search).
+func (s session) Grants() string {
+	if !s.Caller.Scoped() {
+		return s.Role.String()
+	}
+	return s.Caller.String()
+}
+
 // May reports whether the session holds role (a role's name: read,
 // produce, operate, admin), for the templates' buttons.
 func (s session) May(role string) bool {

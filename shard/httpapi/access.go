@@ -143,11 +143,7 @@ func AuditName(c scope.Caller) string {
 	if !c.Scoped() {
 		return c.Holder
 	}
-	grants := make([]string, len(c.Grants))
-	for j, g := range c.Grants {
-		grants[j] = g.String()
-	}
-	return c.Holder + " (" + strings.Join(grants, ", ") + ")"
+	return c.Holder + " (" + c.String() + ")"
 }
 
 // mayAddress reports whether c may act with role on the message id: on

@@ -1,6 +1,9 @@
 package scope
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Role is what a grant allows (doc.go, "Roles"); each includes those
 // before it.
@@ -138,4 +141,14 @@ func (c Caller) Scopes(role Role) []*Scope {
 		}
 	}
 	return out
+}
+
+// String lists the grants, e.g. "produce@billing, read@ops" ("admin" for
+// a grant of the whole namespace).
+func (c Caller) String() string {
+	g := make([]string, len(c.Grants))
+	for j, x := range c.Grants {
+		g[j] = x.String()
+	}
+	return strings.Join(g, ", ")
 }
