@@ -60,6 +60,13 @@ const (
 	onNobody // openapi.json: no token
 )
 
+// String is the rule as the OpenAPI document states it for its route
+// (x-delayq-role and x-delayq-scope): "role/where".
+func (r access) String() string {
+	return r.role.String() + "/" + [...]string{onNamespace: "namespace", onAnywhere: "anywhere", onMessageID: "message",
+		onTopicPath: "topic", onSchedulePath: "schedule", onBodyItems: "body", onListItems: "list", onNobody: "public"}[r.on]
+}
+
 func inNamespace(role Role) access { return access{role, onNamespace} }
 func anywhere(role Role) access    { return access{role, onAnywhere} }
 func onMessage(role Role) access   { return access{role, onMessageID} }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -299,6 +300,36 @@ func TestScopedTokensAct(t *testing.T) {
 		for _, s := range c.not {
 			if strings.Contains(body, s) {
 				t.Errorf("GET %s: %s is shown to a token outside its scope: %s", c.path, s, body)
+			}
+		}
+	}
+}
+
+// TestOpenAPIStatesEachRouteAccess: the OpenAPI document's x-delayq-role
+// and x-delayq-scope of every operation are the access rule the server
+// registers for the route.
+func TestOpenAPIStatesEachRouteAccess(t *testing.T) {
+	f := newFixture(t)
+	_, doc := f.raw("GET", "/v1/openapi.json", "", "")
+	var spec struct {
+		Paths map[string]map[string]struct {
+			Role  string `json:"x-delayq-role"`
+			Scope string `json:"x-delayq-scope"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(doc), &spec); err != nil {
+		t.Fatal(err)
+	}
+	rules := httpapi.New(httpapi.Options{}).RouteRules()
+	for path, ops := range spec.Paths {
+		for method, op := range ops {
+			route := strings.ToUpper(method) + " " + path
+			want := rules[route]
+			if route == "GET /v1/openapi.json" {
+				continue // public
+			}
+			if got := op.Role + "/" + op.Scope; got != want {
+				t.Errorf("%s: the document says %s, the server checks %s", route, got, want)
 			}
 		}
 	}

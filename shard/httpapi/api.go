@@ -62,6 +62,7 @@ const (
 type API struct {
 	o      Options
 	routes []string
+	rules  []string // each route's access rule (RouteRules)
 	mux    *http.ServeMux
 
 	// The bulk cancels started here run under jobsCtx; Close ends it and
@@ -133,9 +134,20 @@ func (a *API) Handler() http.Handler { return a.mux }
 // Routes lists the routes as "METHOD /path", for the OpenAPI test.
 func (a *API) Routes() []string { return a.routes }
 
+// RouteRules gives each route's access rule as "role/where" (access.go),
+// which the OpenAPI document states as x-delayq-role and x-delayq-scope.
+func (a *API) RouteRules() map[string]string {
+	m := make(map[string]string, len(a.routes))
+	for j, r := range a.routes {
+		m[r] = a.rules[j]
+	}
+	return m
+}
+
 // handle registers h for pattern, behind rule (access.go).
 func (a *API) handle(pattern string, rule access, h http.HandlerFunc) {
 	a.routes = append(a.routes, pattern)
+	a.rules = append(a.rules, rule.String())
 	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store") // answers carry message bodies
 		if rule.on != onNobody {
