@@ -231,7 +231,7 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 	now := time.Now()
 	edge := now.Add(fs.Horizon).UnixMilli() - 1000
 	var nearTodo, farTodo []int
-	bucket := make(map[int]int64, len(todo))
+	bucket := make([]int64, len(preps)) // by index in preps
 	for _, i := range todo {
 		m := preps[i].enc
 		due := m.ms
@@ -268,10 +268,18 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 		keys = append(keys, ks.Due, ks.Msg, ks.Inflight, ks.Attempts, ks.Dead, ks.Reason, ks.Counters, ks.Cancelled, fk.dir(), fk.meta(), fk.compact())
 		args := make([]any, 0, 7+5*len(chunk))
 		args = append(args, len(chunk), w, fs.Horizon.Milliseconds(), first.shardCap, up, fs.Since, farBlockRecords)
-		for _, i := range chunk {
+		// The chunk's messages are in bucket order: a bucket's key and
+		// number are made once for all of its messages.
+		var lastB int64
+		var lastKey string
+		var lastNum any
+		for j, i := range chunk {
 			m := preps[i].enc
-			keys = append(keys, fk.index(m.id, fs.IndexSlots), fk.bucket(bucket[i]))
-			args = append(args, m.id, m.env, m.mode, m.ms, bucket[i])
+			if b := bucket[i]; j == 0 || b != lastB {
+				lastB, lastKey, lastNum = b, fk.bucket(b), b
+			}
+			keys = append(keys, fk.index(m.id, fs.IndexSlots), lastKey)
+			args = append(args, m.id, m.env, m.mode, m.ms, lastNum)
 		}
 		calls[c] = call{farPlaceManyScript, keys, args}
 	}
