@@ -84,7 +84,7 @@ type farCache struct {
 	on      bool
 	sets    FarSettings
 	codecs  farCodecs
-	overdue map[int]time.Time // shard -> PromoteOverdue's last look at it
+	overdue map[int]time.Time // shard -> PromoteOverdue's last look at it: one entry a shard, never deleted
 }
 
 // EnableFar turns the far tier on for the namespace with fs (zero fields

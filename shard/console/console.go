@@ -245,14 +245,16 @@ func (c *Console) session(r *http.Request) (session, error) {
 		Until: time.Unix(until, 0)}, nil
 }
 
-// notYours is the error for a message the session may not act on: the
-// one an unknown id gets, so the page tells nothing of another scope's
-// ids.
-func notYours(may bool, id string) error {
-	if may {
-		return nil
+// mayAddress is nil when session s may act with role on message id; for
+// a message outside its scopes it is the error an unknown id gets
+// (ErrNotFound), so the page tells nothing of another scope's ids; or the
+// error of the read that would tell.
+func (c *Console) mayAddress(ctx context.Context, s session, role httpapi.Role, id string) error {
+	may, err := c.o.API.MayAddress(ctx, s.Caller, role, id)
+	if err == nil && !may {
+		err = fmt.Errorf("%q: %w", id, shard.ErrNotFound)
 	}
-	return fmt.Errorf("%q: %w", id, shard.ErrNotFound)
+	return err
 }
 
 // mac is the hex HMAC-SHA256 of s under the console's key.
@@ -392,7 +394,9 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s session) {
 			data["Error"] = err.Error()
 		} else if info, err := c.o.Producer.Inspect(r.Context(), id); err != nil {
 			data["Error"] = err.Error()
-		} else if info.State == shard.StateUnknown || !c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleRead, id) {
+		} else if may, err := c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleRead, id); err != nil {
+			data["Error"] = err.Error()
+		} else if info.State == shard.StateUnknown || !may {
 			data["Error"] = fmt.Sprintf("%q is not scheduled, in flight or dead (never enqueued, delivered or cancelled).", id)
 		} else {
 			data["M"] = httpapi.MessageOf(info)
@@ -411,7 +415,7 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request, s session) {
 			"Fields": map[string][]string{"id": {id}}})
 		return
 	}
-	err := notYours(c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleProduce, id), id)
+	err := c.mayAddress(r.Context(), s, httpapi.RoleProduce, id)
 	if err == nil {
 		err = c.o.Producer.Cancel(r.Context(), id)
 	}
@@ -432,7 +436,7 @@ func (c *Console) reschedule(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	var due time.Time
-	err = notYours(c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleProduce, id), id)
+	err = c.mayAddress(r.Context(), s, httpapi.RoleProduce, id)
 	if err == nil {
 		due, err = c.o.Producer.RescheduleAfter(r.Context(), id, d)
 	}
@@ -515,10 +519,11 @@ func (c *Console) deadAction(w http.ResponseWriter, r *http.Request, s session) 
 	}
 	done := 0
 	for _, id := range ids {
-		if !c.o.API.MayAddress(r.Context(), s.Caller, httpapi.RoleOperate, id) {
-			continue // not its own: to this session, not there
+		err := c.mayAddress(r.Context(), s, httpapi.RoleOperate, id)
+		if err == nil {
+			err = op(r.Context(), id)
 		}
-		if err := op(r.Context(), id); err != nil && !errors.Is(err, shard.ErrNotFound) {
+		if err != nil && !errors.Is(err, shard.ErrNotFound) { // not found: gone, or not its own
 			c.audit(s, action, fmt.Sprintf("%d dead messages", len(ids)), fmt.Errorf("%d done, then %s: %w", done, id, err))
 			c.render(w, statusOf(err), "error.html", map[string]any{"S": s, "Title": "Failed",
 				"Error": fmt.Sprintf("%s %s: %v (%d done before it)", action, id, err, done)})

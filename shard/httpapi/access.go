@@ -114,7 +114,12 @@ func (a *API) check(w http.ResponseWriter, r *http.Request, rule access, c scope
 		if shard.ValidateID(id) != nil {
 			return true // the handler says what is wrong with it
 		}
-		if !a.mayAddress(r.Context(), c, rule.role, id) {
+		may, err := a.mayAddress(r.Context(), c, rule.role, id)
+		if err != nil {
+			a.fail(w, err)
+			return false
+		}
+		if !may {
 			problem(w, http.StatusNotFound, "unknown id", fmt.Sprintf("%q is not scheduled, in flight or dead", id), "id")
 			return false
 		}
@@ -125,15 +130,12 @@ func (a *API) check(w http.ResponseWriter, r *http.Request, rule access, c scope
 		}
 	case onSchedulePath:
 		name := r.PathValue("name")
-		info, err := a.o.Store.ScheduleInfo(r.Context(), name)
+		may, err := a.MaySchedule(r.Context(), c, rule.role, name)
 		switch {
-		case errors.Is(err, shard.ErrScheduleNotFound):
-			// Nothing to hide: the handler answers 404, or creates it
-			// from a body it checks (inBody's rule, mayWrite).
 		case err != nil:
 			a.fail(w, err)
 			return false
-		case !c.Can(rule.role, scheduleTarget(info)):
+		case !may:
 			a.failSchedule(w, fmt.Errorf("schedule %q: %w", name, shard.ErrScheduleNotFound))
 			return false
 		}
@@ -155,27 +157,31 @@ func AuditName(c scope.Caller) string {
 
 // mayAddress reports whether c may act with role on the message id: on
 // the id alone when every scope it holds role in has id prefixes (none of
-// them matching: no), else by the stored message's destination, read.
-func (a *API) mayAddress(ctx context.Context, c scope.Caller, role Role, id string) bool {
+// them matching: no), else by the stored message's destination, read. A
+// failed read is an error, never a yes.
+func (a *API) mayAddress(ctx context.Context, c scope.Caller, role Role, id string) (bool, error) {
 	prefixed, matched := true, false
 	for _, s := range c.Scopes(role) {
 		switch {
-		case len(s.IDPrefixes()) == 0:
+		case !s.HasIDRules():
 			prefixed = false
 		case s.HasID(id) && !s.HasDestinationRules():
-			return true // the id makes it the scope's
+			return true, nil // the id makes it the scope's
 		case s.HasID(id):
 			matched = true
 		}
 	}
 	if prefixed && !matched {
-		return false
+		return false, nil
 	}
 	info, err := a.o.Producer.Inspect(ctx, id)
-	if err != nil || info.State == shard.StateUnknown {
-		return true // the handler answers as it is: unknown, or the error
+	if err != nil {
+		return false, err
 	}
-	return c.Can(role, targetOf(id, info.Envelope))
+	if info.State == shard.StateUnknown {
+		return true, nil // the handler answers that it is unknown
+	}
+	return c.Can(role, targetOf(id, info.Envelope)), nil
 }
 
 // mayWrite reports whether the caller of r may write m (enqueue it, or
@@ -238,12 +244,15 @@ func scheduleTarget(info shard.ScheduleInfo) scope.Target { return targetOf(info
 // console (for the caller its session holds) share.
 
 // MayAddress reports whether c may act with role on message id (the
-// onMessage rule).
-func (a *API) MayAddress(ctx context.Context, c scope.Caller, role Role, id string) bool {
+// onMessage rule); an error when the message could not be read.
+func (a *API) MayAddress(ctx context.Context, c scope.Caller, role Role, id string) (bool, error) {
 	if c.Global(role) {
-		return true
+		return true, nil
 	}
-	return c.Max() >= role && a.mayAddress(ctx, c, role, id)
+	if c.Max() < role {
+		return false, nil
+	}
+	return a.mayAddress(ctx, c, role, id)
 }
 
 // MaySchedule reports whether c may act with role on schedule name (the
@@ -302,7 +311,11 @@ func (a *API) ReadDeadFor(ctx context.Context, c scope.Caller, after string, lim
 	}
 	kept := page.Dead[:0]
 	for _, d := range page.Dead {
-		if a.mayAddress(ctx, c, RoleRead, d.ID) {
+		may, err := a.mayAddress(ctx, c, RoleRead, d.ID)
+		if err != nil {
+			return DeadPage{}, err
+		}
+		if may {
 			kept = append(kept, d)
 		}
 	}

@@ -922,11 +922,14 @@ func (a *API) deadMany(w http.ResponseWriter, r *http.Request, action string, op
 	done, missing := 0, 0
 	c := callerOf(r)
 	for _, id := range req.IDs {
-		if !c.Global(RoleOperate) && !a.mayAddress(r.Context(), c, RoleOperate, id) {
-			missing++ // outside the caller's scopes: to it, not there
-			continue
+		may, err := a.MayAddress(r.Context(), c, RoleOperate, id)
+		switch {
+		case err != nil:
+		case !may:
+			err = shard.ErrNotFound // outside the caller's scopes: to it, not there
+		default:
+			err = op(r.Context(), id)
 		}
-		err := op(r.Context(), id)
 		switch {
 		case err == nil:
 			done++

@@ -384,12 +384,12 @@ func TestParseTokens(t *testing.T) {
 		}
 	}
 	tk, err := httpapi.ParseTokens(strings.NewReader("read "+readToken+"\nadmin "+adminToken+"\n"), nil)
-	if err != nil || tk.Role(adminToken) != httpapi.RoleAdmin || tk.Role(readToken) != httpapi.RoleRead ||
-		tk.Role("") != httpapi.RoleNone || tk.Role(adminToken+"x") != httpapi.RoleNone {
+	if err != nil || tk.Caller(adminToken).Max() != httpapi.RoleAdmin || tk.Caller(readToken).Max() != httpapi.RoleRead ||
+		tk.Caller("").Max() != httpapi.RoleNone || tk.Caller(adminToken+"x").Max() != httpapi.RoleNone {
 		t.Errorf("roles: %v", err)
 	}
 	var none *httpapi.Tokens
-	if none.Role("") != httpapi.RoleAdmin {
+	if !none.Caller("").Global(httpapi.RoleAdmin) {
 		t.Error("no tokens configured should make every request an admin's")
 	}
 
@@ -403,12 +403,12 @@ func TestParseTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := tk.Caller(readToken)
-	if c.Holder != "billing-api" || len(c.Grants) != 2 || !c.Scoped() || c.GlobalRole() != httpapi.RoleNone ||
+	if c.Holder != "billing-api" || len(c.Grants) != 2 || !c.Scoped() || c.Global(httpapi.RoleRead) ||
 		!c.Can(httpapi.RoleProduce, scope.Target{ID: "billing-1", Topic: "billing.refund"}) ||
 		c.Can(httpapi.RoleProduce, scope.Target{ID: "o-1", Topic: "ops.page"}) || !c.Can(httpapi.RoleRead, scope.Target{ID: "o-1", Topic: "ops.page"}) {
 		t.Errorf("scoped caller: %+v", c)
 	}
-	if c := tk.Caller(adminToken); c.Scoped() || c.GlobalRole() != httpapi.RoleOperate {
+	if c := tk.Caller(adminToken); c.Scoped() || !c.Global(httpapi.RoleOperate) || c.Global(httpapi.RoleAdmin) {
 		t.Errorf("an unscoped operate token: %+v", c)
 	}
 	for _, c := range []struct{ file, want string }{

@@ -95,20 +95,6 @@ func ParseTokens(r io.Reader, scopes *scope.Set) (*Tokens, error) {
 	return t, nil
 }
 
-// Role returns the highest role token holds anywhere (Lookup without the
-// name).
-func (t *Tokens) Role(token string) Role {
-	role, _ := t.Lookup(token)
-	return role
-}
-
-// Lookup returns the highest role token holds, in any scope, and the name
-// of its holder (Caller gives its grants).
-func (t *Tokens) Lookup(token string) (Role, string) {
-	c := t.Caller(token)
-	return c.Max(), c.Holder
-}
-
 // Caller returns the grants of token and its holder: the zero Caller for
 // an unknown token. It compares token with every entry in constant time,
 // so the time taken says nothing about the tokens. A nil Tokens (none

@@ -201,22 +201,17 @@ func (a *API) bulkStatus(w http.ResponseWriter, r *http.Request) {
 
 // SeesJob reports whether c may see bulk job j: a caller of the whole
 // namespace sees every job; a scoped one, the jobs limited to scopes it
-// reads (a scoped caller's jobs are: BulkFilter.Within, named at the end
-// of the filter).
+// reads (a scoped caller's jobs are: BulkFilter.Within, named last in the
+// filter, after whatever a prefix or topic holds).
 func SeesJob(c scope.Caller, j BulkJob) bool {
 	if c.Global(RoleRead) {
 		return true
 	}
-	_, names, ok := strings.Cut(j.Filter, " within=")
-	if !ok {
-		if rest, found := strings.CutPrefix(j.Filter, "all within="); found {
-			names, ok = rest, true
-		}
-	}
-	if !ok {
+	at := strings.LastIndex(j.Filter, " within=")
+	if at < 0 {
 		return false
 	}
-	for _, name := range strings.Split(names, ",") {
+	for _, name := range strings.Split(j.Filter[at+len(" within="):], ",") {
 		if !slices.ContainsFunc(c.Scopes(RoleRead), func(s *scope.Scope) bool { return s.Name == name }) {
 			return false
 		}

@@ -36,7 +36,7 @@ func (r Route) allows(req Request) error {
 			return reject(ReasonScope, "a retry of %q to exchange %q routing key %q is outside scope %s", d.MessageID, d.Exchange, d.RoutingKey, s)
 		}
 	case Cancel:
-		if len(s.IDPrefixes()) == 0 {
+		if !s.HasIDRules() {
 			return reject(ReasonScope, "a cancel of %q on a queue of scope %s, which has no id prefixes to make an id its own", req.ID, s)
 		}
 		if !s.HasID(req.ID) {

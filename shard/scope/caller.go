@@ -104,18 +104,6 @@ func (c Caller) Global(role Role) bool {
 	return false
 }
 
-// GlobalRole is the highest role of the grants without a scope: what the
-// caller may do everywhere.
-func (c Caller) GlobalRole() Role {
-	m := RoleNone
-	for _, g := range c.Grants {
-		if g.Scope == nil {
-			m = max(m, g.Role)
-		}
-	}
-	return m
-}
-
 // Max is the highest role of any grant: what the caller may do somewhere
 // (a console shows the buttons of that role; each action is checked on
 // its own).

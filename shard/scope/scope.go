@@ -131,8 +131,9 @@ func (s *Scope) HasID(id string) bool {
 	return false
 }
 
-// IDPrefixes returns the scope's id prefixes (none: any id).
-func (s *Scope) IDPrefixes() []string { return slices.Clone(s.ids) }
+// HasIDRules reports whether the scope limits ids (a scope of destination
+// rules alone covers every id).
+func (s *Scope) HasIDRules() bool { return len(s.ids) > 0 }
 
 // String is the scope as its line reads.
 func (s *Scope) String() string {
