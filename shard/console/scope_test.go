@@ -217,10 +217,23 @@ func TestConsoleScopes(t *testing.T) {
 			t.Errorf("sign out: %d", code)
 		}
 	}
-	// Bulk jobs run on after their page: wait until nothing changes.
-	shardtest.WaitFor(t, 10*time.Second, func() bool { return state() == before }, func() string {
-		return "another team changed billing's things:\nbefore " + before + "\nafter  " + state()
-	})
+	// The bulk jobs run on after their page: wait for their end, then for
+	// nothing to have changed.
+	search, _ := scopes.Get("search")
+	f := shard.BulkFilter{Prefix: "billing-", Within: []*scope.Scope{search}}
+	resched, err := f.RescheduleJob(time.Second, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{f.Job(), resched} {
+		shardtest.WaitFor(t, 10*time.Second, func() bool {
+			j, err := api.ReadBulkJob(ctx, job)
+			return err == nil && j.State == "done"
+		}, func() string { return "the search team's bulk job " + job + " on billing- never ended" })
+	}
+	if after := state(); after != before {
+		t.Errorf("another team changed billing's things:\nbefore %s\nafter  %s", before, after)
+	}
 
 	// Within its scope a session sees and acts; the namespace's admin sees all.
 	b := signIn(t, ts.URL, searchOp)
