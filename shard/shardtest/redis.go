@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -257,15 +258,19 @@ func ephemeralLow() int {
 	return n
 }
 
-// FreePorts returns n free loopback ports (see FreePort).
+// FreePorts returns n distinct free loopback ports (see FreePort): random
+// picks may repeat, and a server given one port twice refuses to start
+// (a Consul agent: "already configured for HTTP").
 func FreePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
 		p, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		ports[i] = p
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
 	}
 	return ports, nil
 }
