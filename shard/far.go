@@ -184,13 +184,14 @@ func (s *Store) farSettings(ctx context.Context) (FarSettings, bool, error) {
 // bucket is beyond the horizon, near otherwise (enqueueScript, checking
 // the far index when the tier is on). It returns the due time, or the
 // enqueue script's errors.
-func (s *Store) place(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int) (int64, error) {
+// With a reservation r, the quota'd variants run (quota.go).
+func (s *Store) place(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, r *reservation) (int64, error) {
 	fs, on, err := s.farSettings(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if !on {
-		return s.enqueue(ctx, i, m, upsert, shardCap, nil)
+		return s.enqueue(ctx, i, m, upsert, shardCap, nil, r)
 	}
 	due := m.ms
 	if m.mode == "delay" {
@@ -201,7 +202,7 @@ func (s *Store) place(ctx context.Context, i int, m encodedMessage, upsert bool,
 	// Try far when the bucket looks far by this clock (the script decides
 	// by Redis's), with a second's margin for the clocks to differ.
 	for try := 0; try < 2 && b*w >= time.Now().Add(fs.Horizon).UnixMilli()-1000; try++ {
-		st, v, err := s.placeFar(ctx, i, m, upsert, shardCap, fs, b)
+		st, v, err := s.placeFar(ctx, i, m, upsert, shardCap, fs, b, r)
 		if err != nil {
 			return 0, err
 		}
@@ -214,7 +215,7 @@ func (s *Store) place(ctx context.Context, i int, m encodedMessage, upsert bool,
 			return enqueueStatus([]any{st, v}, nil)
 		}
 	}
-	return s.enqueue(ctx, i, m, upsert, shardCap, &fs)
+	return s.enqueue(ctx, i, m, upsert, shardCap, &fs, r)
 }
 
 // placeFarBatch places far the messages of todo whose bucket looks beyond
@@ -282,11 +283,14 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 			args = append(args, m.id, m.env, m.mode, m.ms, lastNum)
 		}
 		calls[c] = call{farPlaceManyScript, keys, args}
+		if r := first.res; r != nil {
+			calls[c] = r.wrap(s.ns, first.shard, calls[c])
+		}
 	}
 	var first error
 	for c, cmd := range s.run(ctx, calls...) {
 		chunk := chunks[c]
-		v, err := cmd.Slice()
+		v, err := preps[chunk[0]].res.take(cmd.Slice())
 		if err == nil && len(v) != 2*len(chunk) {
 			err = fmt.Errorf("far placement reply of %d fields for %d messages", len(v), len(chunk))
 		}
@@ -318,17 +322,21 @@ func (p *Producer) placeFarBatch(ctx context.Context, fs FarSettings, preps []pr
 
 // placeFar runs farPlaceScript for bucket b and returns its status and
 // value.
-func (s *Store) placeFar(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, fs FarSettings, b int64) (int64, int64, error) {
-	v, err := s.run(ctx, s.placeFarCall(i, m, upsert, shardCap, fs, b))[0].Slice()
+func (s *Store) placeFar(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, fs FarSettings, b int64, r *reservation) (int64, int64, error) {
+	c := s.placeFarCall(i, m, upsert, shardCap, fs, b)
+	if r != nil {
+		c = r.wrap(s.ns, i, c)
+	}
+	v, err := r.take(s.run(ctx, c)[0].Slice())
 	if err != nil {
 		return 0, 0, err
 	}
-	r := reply{v: v, what: "far placement reply"}
+	rp := reply{v: v, what: "far placement reply"}
 	if len(v) != 2 {
 		return 0, 0, fmt.Errorf("unexpected far placement reply of %d fields", len(v))
 	}
-	st, val := r.int(0), r.int(1)
-	return st, val, r.err
+	st, val := rp.int(0), rp.int(1)
+	return st, val, rp.err
 }
 
 // placeFarCall is the farPlaceScript call of m into bucket b of shard i.

@@ -261,12 +261,16 @@ end
 // this bucket among its last 16 has the same envelope: go-redis sent the
 // call again after a lost reply; due is the stored one).
 // Complexity: O(1) for the far write, O(log N) for the near checks.
-var farPlaceScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
+var farPlaceScript = redis.NewScript(farPlacePreludes + farPlaceBody)
+
+const farPlacePreludes = nowMs + cancelledAhead + farPrelude + farPlace
+
+const farPlaceBody = `
 local st = far_begin(KEYS[10], KEYS[11], KEYS[13], tonumber(ARGV[11]), 1, tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), {ARGV[1]}, {ARGV[6]})
 local status, v = far_place(st, 1, KEYS[9], KEYS[12], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[5] == '1')
 far_end(st)
 return {status, v}
-`)
+`
 
 // farPlaceManyScript is farPlaceScript for several messages of one shard
 // in one call, each in its own bucket: what EnqueueBatch sends.
@@ -285,7 +289,9 @@ return {status, v}
 // An id given twice is placed twice, the second as its own call would
 // (the producer answers a duplicate within a batch before it sends it).
 // Complexity: O(n log N).
-var farPlaceManyScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + farPlace + `
+var farPlaceManyScript = redis.NewScript(farPlacePreludes + farPlaceManyBody)
+
+const farPlaceManyBody = `
 local n = tonumber(ARGV[1])
 local ids, bs = {}, {}
 for j = 1, n do ids[j], bs[j] = ARGV[8 + 5 * (j - 1)], ARGV[12 + 5 * (j - 1)] end
@@ -298,7 +304,7 @@ for j = 1, n do
 end
 far_end(st)
 return out
-`)
+`
 
 // farSealScript seals bucket b for promotion: from now on placement sends
 // its times near, so the records its promoter reads are all it will ever

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/tracing"
 )
 
@@ -272,7 +274,22 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 			pm.shard = found[0] // replace it where it is: one atomic script call
 		}
 	}
-	due, err := p.store.place(ctx, pm.shard, pm.enc, upsert, pm.shardCap)
+	if pm.quota != nil {
+		r, refused, err := p.store.reserve(ctx, pm.quota, 1)
+		switch {
+		case err != nil:
+			return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
+		case refused != nil && upsert && refused.Quota == "pending":
+			r = replaceOnly(pm.quota, refused) // it may still replace a message of the scope
+		case refused != nil:
+			return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, refused)
+		}
+		pm.res = r
+		// A settle that fails is not the enqueue's failure: the
+		// maintenance settles the reservation once due (quota.go).
+		defer func() { _ = p.store.settle(context.WithoutCancel(ctx), r) }()
+	}
+	due, err := p.store.place(ctx, pm.shard, pm.enc, upsert, pm.shardCap, pm.res)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, err)
 	}
@@ -285,6 +302,8 @@ type prepared struct {
 	shard    int
 	shardCap int // this shard's share of MaxPending, 0 = none
 	enc      encodedMessage
+	quota    *Quota       // the quota the message counts in, or nil (quota.go)
+	res      *reservation // its reservation under that quota, once reserved
 }
 
 // destinationOf names where m goes, for its create span.
@@ -318,6 +337,9 @@ func (p *Producer) prepare(ctx context.Context, m *Message) (prepared, error) {
 		id: m.ID, env: AppendEnvelope(make([]byte, 0, env.EncodedSize()), &env), mode: mode, ms: ms}}
 	if p.maxPending > 0 {
 		pm.shardCap = (p.maxPending + n - 1) / n
+	}
+	if pm.quota, err = p.store.quotaOf(ctx, scope.Target{ID: m.ID, Topic: m.Topic, Exchange: m.Exchange, RoutingKey: m.RoutingKey}); err != nil {
+		return prepared{}, err
 	}
 	return pm, nil
 }
@@ -387,6 +409,13 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			return res, p.failAll(res, todo, err)
 		}
 	}
+	rs, err := p.reserveBatch(ctx, preps, res, &todo, upsert)
+	if err != nil && batchErr == nil {
+		batchErr = fmt.Errorf("enqueue batch: %w", err)
+	}
+	// A settle that fails is not the batch's failure: the maintenance
+	// settles the reservations once due (quota.go).
+	defer func() { _ = p.store.settle(context.WithoutCancel(ctx), rs...) }()
 	fs, farOn, err := p.store.farSettings(ctx)
 	if err != nil {
 		return res, p.failAll(res, todo, err)
@@ -402,14 +431,14 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 	calls := make([]enqueueChunk, len(chunks))
 	for c, chunk := range chunks {
 		first := preps[chunk[0]]
-		calls[c] = enqueueChunk{shard: first.shard, shardCap: first.shardCap, msgs: make([]encodedMessage, len(chunk))}
+		calls[c] = enqueueChunk{shard: first.shard, shardCap: first.shardCap, msgs: make([]encodedMessage, len(chunk)), res: first.res}
 		for j, i := range chunk {
 			calls[c].msgs[j] = preps[i].enc
 		}
 	}
 	for c, cmd := range p.store.enqueueChunks(ctx, calls, upsert, far) {
 		chunk := chunks[c]
-		v, err := cmd.Slice()
+		v, err := preps[chunk[0]].res.take(cmd.Slice())
 		if err == nil && len(v) != 2*len(chunk) {
 			err = fmt.Errorf("enqueue reply of %d fields for %d messages", len(v), len(chunk))
 		}
@@ -476,11 +505,15 @@ const (
 // into script calls of at most maxEnqueueMany messages and about
 // maxEnqueueManyBytes of envelopes (a bigger envelope goes alone).
 func (p *Producer) chunks(preps []prepared, todo []int) [][]int {
+	type chunkKey struct {
+		shard int
+		res   *reservation // a call is under one reservation, or none
+	}
 	var out [][]int
-	open := map[int]int{} // shard -> index in out of its chunk being filled
-	size := map[int]int{} // shard -> bytes of that chunk
+	open := map[chunkKey]int{} // shard -> index in out of its chunk being filled
+	size := map[chunkKey]int{} // shard -> bytes of that chunk
 	for _, i := range todo {
-		sh := preps[i].shard
+		sh := chunkKey{preps[i].shard, preps[i].res}
 		n := len(preps[i].enc.env) + len(preps[i].enc.id)
 		c, ok := open[sh]
 		if !ok || len(out[c]) >= maxEnqueueMany || size[sh]+n > maxEnqueueManyBytes {
@@ -609,4 +642,61 @@ func (p *Producer) Inspect(ctx context.Context, id string) (Info, error) {
 		return Info{}, fmt.Errorf("inspect %q: %w", id, err)
 	}
 	return info, nil
+}
+
+// reserveBatch reserves room under their quotas for the messages of todo
+// that count in one, one reservation a quota (quota.go): a message the
+// quota has no room for gets the *QuotaError and leaves todo (the last
+// ones of the batch are refused), except an upsert's, which goes on alone
+// and may only replace a message of the scope (replaceOnly). It returns the reservations, for the
+// settle. A message whose reservation failed gets the error.
+func (p *Producer) reserveBatch(ctx context.Context, preps []prepared, res []BatchResult, todo *[]int, upsert bool) ([]*reservation, error) {
+	var byQuota map[*Quota][]int
+	for _, i := range *todo {
+		if q := preps[i].quota; q != nil {
+			if byQuota == nil {
+				byQuota = map[*Quota][]int{}
+			}
+			byQuota[q] = append(byQuota[q], i)
+		}
+	}
+	if byQuota == nil {
+		return nil, nil
+	}
+	var rs []*reservation
+	var first error
+	dropped := map[int]bool{}
+	for q, idx := range byQuota {
+		r, refused, err := p.store.reserve(ctx, q, len(idx))
+		if err != nil {
+			for _, i := range idx {
+				res[i].Err, dropped[i] = fmt.Errorf("enqueue %q: %w", preps[i].enc.id, err), true
+			}
+			first = cmp.Or(first, err)
+			continue
+		}
+		granted := 0
+		if r != nil {
+			rs, granted = append(rs, r), int(r.granted)
+		} else if refused == nil {
+			granted = len(idx) // the quota is gone: nothing to count
+		}
+		for k, i := range idx {
+			if k < granted {
+				preps[i].res = r
+				continue
+			}
+			if upsert && refused.Quota == "pending" {
+				// It may still replace a message of the scope: a call of
+				// its own, refused whole otherwise.
+				preps[i].res = replaceOnly(q, refused)
+				continue
+			}
+			res[i].Err, dropped[i] = fmt.Errorf("enqueue %q: %w", preps[i].enc.id, refused), true
+		}
+	}
+	if len(dropped) > 0 {
+		*todo = slices.DeleteFunc(*todo, func(i int) bool { return dropped[i] })
+	}
+	return rs, first
 }

@@ -62,7 +62,11 @@ end
 // Publishes "<shard>:<due>" on the wake channel when the message becomes
 // the shard's head. A created message counts in counters.enqueued.
 // Complexity: O(log N).
-var enqueueScript = redis.NewScript(nowMs + wakeIfHead + cancelledAhead + farPrelude + `
+var enqueueScript = redis.NewScript(enqueuePreludes + enqueueBody)
+
+const enqueuePreludes = nowMs + wakeIfHead + cancelledAhead + farPrelude
+
+const enqueueBody = `
 local id = ARGV[1]
 local due = tonumber(ARGV[4])
 if ARGV[3] == 'delay' then due = now + due end
@@ -91,7 +95,7 @@ redis.call('ZADD', KEYS[1], due, id)
 if status == 1 then redis.call('HINCRBY', KEYS[7], 'enqueued', 1) end
 wake_if_head(KEYS[1], id, due, 6)
 return {status, due}
-`)
+`
 
 // enqueueManyScript stores several messages of one shard in one call:
 // what EnqueueBatch and UpsertBatch send, so a batch costs one script call
@@ -130,7 +134,11 @@ return {status, due}
 // "<shard>:<due>" for the new head, as n single enqueues would have for
 // the last of them.
 // Complexity: O(n log N).
-var enqueueManyScript = redis.NewScript(nowMs + cancelledAhead + farPrelude + `
+var enqueueManyScript = redis.NewScript(enqueueManyPreludes + enqueueManyBody)
+
+const enqueueManyPreludes = nowMs + cancelledAhead + farPrelude
+
+const enqueueManyBody = `
 -- stored_due is the due time of a message stored already, or what this
 -- call computed if it is no longer scheduled (claimed since).
 local function stored_due(id, due)
@@ -200,7 +208,7 @@ if written > 0 then
   end
 end
 return out
-`)
+`
 
 // metaOf is the prelude of the scripts that read the attempts hash. Its
 // value for an id is "<redeliveries>:<scheduled ms>[:<refusals>]" once the

@@ -17,6 +17,9 @@ type Store struct {
 	ns   string
 	wake string
 	far  *farCache // the far tier's settings, shared by copies (far.go)
+	// quotas is the producers' copy of the quotas, shared by copies
+	// (quota.go)
+	quotas *quotaCache
 
 	replicas       int           // WithReplicas
 	replicaTimeout time.Duration // WithReplicas
@@ -41,7 +44,7 @@ func NewStore(rdb redis.UniversalClient, ns string) (*Store, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, ns: ns, wake: WakeChannel(ns), far: &farCache{}}, nil
+	return &Store{rdb: rdb, ns: ns, wake: WakeChannel(ns), far: &farCache{}, quotas: &quotaCache{}}, nil
 }
 
 // ValidateNamespace checks a namespace name.
@@ -507,7 +510,8 @@ func (s *Store) DeadLetter(ctx context.Context, i int, l Lease, reason string) (
 // enqueue runs the enqueue script for one message of shard i and returns
 // its due time, or ErrDuplicate, ErrInFlight, ErrCapacity.
 // With far settings (the far tier is on), an id live far counts too.
-func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, far *FarSettings) (int64, error) {
+// With a reservation r, it runs the quota'd variant (quota.go).
+func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert bool, shardCap int, far *FarSettings, r *reservation) (int64, error) {
 	ks := ShardKeys(s.ns, i)
 	up := "0"
 	if upsert {
@@ -517,7 +521,11 @@ func (s *Store) enqueue(ctx context.Context, i int, m encodedMessage, upsert boo
 	if far != nil {
 		keys = append(keys, s.farNearKeys(i, m.id, far)...)
 	}
-	return enqueueStatus(s.run1(ctx, enqueueScript, keys, m.id, m.env, m.mode, m.ms, up, s.wake, i, shardCap).Slice())
+	c := call{enqueueScript, keys, []any{m.id, m.env, m.mode, m.ms, up, s.wake, i, shardCap}}
+	if r != nil {
+		c = r.wrap(s.ns, i, c)
+	}
+	return enqueueStatus(r.take(s.run(ctx, c)[0].Slice()))
 }
 
 // encodedMessage is one message as the enqueue scripts take it: its id,
@@ -535,6 +543,7 @@ type encodedMessage struct {
 type enqueueChunk struct {
 	shard, shardCap int
 	msgs            []encodedMessage
+	res             *reservation // the quota'd variant, under this reservation (quota.go)
 }
 
 // enqueueChunks runs one enqueueManyScript call per chunk, in one round
@@ -562,6 +571,9 @@ func (s *Store) enqueueChunks(ctx context.Context, chunks []enqueueChunk, upsert
 			}
 		}
 		calls[c] = call{enqueueManyScript, keys, args}
+		if ch.res != nil {
+			calls[c] = ch.res.wrap(s.ns, ch.shard, calls[c])
+		}
 	}
 	return s.run(ctx, calls...)
 }

@@ -1,0 +1,516 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/shard/scope"
+)
+
+// Quotas keep one team (a scope, package scope) from filling a shared
+// Redis: a most number of messages held and a most enqueued a second,
+// set at runtime (Store.SetQuota: delayq quota, PUT /v1/quotas/{scope},
+// the console) and kept in Redis.
+//
+// # The design
+//
+// A scope's messages spread over every shard, and in a Redis Cluster
+// the shards are in other slots than any count of the scope, so no one
+// script can both check a count and store a message. Counting is in two
+// places, each exact where it is, joined by reservations:
+//
+//	quota         HASH {ns}: gen (the last generation), and per scope
+//	              gen:<s>, max:<s>, rate:<s>, count:<s> (messages held or
+//	              reserved), win:<s> ("<second>:<enqueued in it>"),
+//	              refused:<s> (messages refused, for the metrics)
+//	quotadefs     HASH {ns}: scope -> its quota as JSON, with the scope's
+//	              rules: what producers read (every second) to know which
+//	              messages a quota concerns
+//	quotares      ZSET {ns}: "<s>:<gen>|<reservation>|<granted>" -> deadline
+//	quotaapplied:<s> HASH {ns}: shard -> its quotaout value applied
+//	scopeof       HASH {ns:i}: id -> "<s>:<gen>", the messages of a quota'd
+//	              scope that the shard holds
+//	quotaheld     HASH {ns:i}: reservation -> messages it stored here
+//	quotaout      HASH {ns:i}: "<s>:<gen>" -> messages counted out (only grows)
+//
+// An enqueue of n messages of a quota'd scope:
+//
+//  1. reserves (quotaReserveScript): what the quotas allow of n, at most,
+//     is added to count:<s> and to the second's window, and recorded in
+//     quotares with a deadline (reservationLifetime, Redis clock). What
+//     is not granted is refused with a *QuotaError naming the quota;
+//  2. stores the granted messages with the enqueue scripts' quota'd
+//     variants (quotaWrap), which refuse the call past the deadline, tag
+//     each message they store in scopeof, and add what they stored to
+//     quotaheld under the reservation, in the same call;
+//  3. settles (quotaSettleScript): what was granted but not stored
+//     (duplicates, refusals) goes back to the count, and the reservation
+//     leaves quotares. Only the first settle of a reservation counts.
+//
+// A message leaves the count when it is no longer held (published,
+// cancelled, purged, dead and then deleted): any process's maintenance
+// round (Store.MaintainQuotas, in every scanner, once a second for the
+// fleet) sweeps the shards' scopeof tags, counts out in quotaout those
+// whose message is gone (quotaSweepScript, one atomic check per id), and
+// applies each shard's quotaout to the count (quotaApplyScript: the
+// values only grow, and the count keeps what it applied per shard, so a
+// round run twice or cut short applies each removal once). One sweep
+// instead of a hook in each of the dozen scripts a message can leave by:
+// the hot path (claim, ack) is unchanged, and a namespace without quotas
+// pays nothing. The price is lag: a removal is counted out within a
+// sweep of the scope's tags (quotaSweepPage tags a shard a round).
+//
+// The rule that keeps a team under its quota: the count is never below
+// what the scope holds. It is raised before a store (the reservation)
+// and lowered only after a removal (the sweep) or for what a settled
+// reservation did not store. Between, the team is under its quota by
+// what is reserved and not yet stored or settled, and by removals not
+// yet swept.
+//
+// A producer killed between 1 and 3 leaves a reservation in quotares.
+// Once its deadline has passed (and quotaClockSkew more, for the clocks
+// of a Cluster's masters to differ), no script stores under it any more,
+// and the maintenance round settles it with what the shards' quotaheld
+// say it stored. Until then the team is under its quota by that
+// reservation: at most a batch, for at most reservationLifetime +
+// quotaClockSkew + a round (16 s). quotaheld entries go once their
+// reservation is settled and a few minutes old.
+//
+// A quota's generation changes when it is deleted and set again, so tags
+// and removals of the old one count nothing in the new one. A quota
+// counts the messages enqueued once producers have read it (they read
+// the quotas when their copy is a second old): messages held before it
+// was set are not counted, nor are messages that come back without an
+// enqueue (a consumer's retry, a redrive from the dead set, a recurring
+// schedule's occurrences). On one Redis and on a Cluster the count is
+// never below what is held, so a team never holds more than its quota
+// of counted messages; on one Redis with no producer killed, a team
+// given more than its quota stores exactly its quota.
+//
+// The rate quota counts the messages granted in each second of the
+// Redis clock (of the master holding quota), duplicates included.
+
+// ErrQuota: a scope's quota refused the message; nothing was written. The
+// error is a *QuotaError, which names the quota.
+var ErrQuota = errors.New("over quota")
+
+// QuotaError says which quota refused a message, and when to try again.
+type QuotaError struct {
+	Scope string
+	// Quota is "pending" (the most messages held) or "rate" (the most
+	// enqueued a second).
+	Quota      string
+	Limit      int64
+	Count      int64 // messages counted when refused (pending)
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	if e.Quota == "rate" {
+		return fmt.Sprintf("%s: scope %s enqueues at most %d messages a second; retry after %s",
+			ErrQuota, e.Scope, e.Limit, e.RetryAfter)
+	}
+	return fmt.Sprintf("%s: scope %s holds %d of its quota of %d pending messages; retry after %s",
+		ErrQuota, e.Scope, e.Count, e.Limit, e.RetryAfter)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrQuota }
+
+// Quota is one scope's quota.
+type Quota struct {
+	Scope string `json:"scope"`
+	// Rules are the scope's rules, as in the scopes file: "topic=billing.*
+	// ids=billing-" (package scope). They decide which messages count.
+	Rules      string `json:"rules"`
+	MaxPending int64  `json:"max_pending"` // most messages held; 0 = no limit
+	MaxRate    int64  `json:"max_rate"`    // most enqueued a second; 0 = no limit
+	Gen        int64  `json:"gen"`         // set by Redis: a new quota has a new generation
+}
+
+// QuotaUsage is a quota with what it counts.
+type QuotaUsage struct {
+	Quota
+	// Count is the messages held and reserved (never below what the scope
+	// holds of the messages counted).
+	Count int64 `json:"count"`
+	// Refused is the messages refused by the quota since it was set.
+	Refused int64 `json:"refused"`
+}
+
+// Quota keys (see the design above).
+func quotaKey(ns string) string           { return "delayq:{" + ns + "}:quota" }
+func quotaDefsKey(ns string) string       { return "delayq:{" + ns + "}:quotadefs" }
+func quotaResKey(ns string) string        { return "delayq:{" + ns + "}:quotares" }
+func quotaAppliedKey(ns, s string) string { return "delayq:{" + ns + "}:quotaapplied:" + s }
+func quotaCursorKey(ns string) string     { return "delayq:{" + ns + "}:quotacursor" }
+func quotaLeaseKey(ns string) string      { return "delayq:{" + ns + "}:quotalease" }
+func quotaShardKey(ns string, i int, name string) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:" + name
+}
+
+const (
+	// reservationLifetime is how long a reservation may wait for its
+	// messages to be stored.
+	reservationLifetime = 10 * time.Second
+	// quotaClockSkew is how long past its deadline a reservation waits
+	// before the maintenance settles it: the clocks of two Cluster masters
+	// may differ by that much.
+	quotaClockSkew = 5 * time.Second
+	// quotaCacheTTL is the age at which a producer reads the quotas again.
+	quotaCacheTTL = time.Second
+	// quotaSweepPage is the tags a maintenance round looks at in a shard
+	// in one call; a round goes on while quotaSweepBudget lasts.
+	quotaSweepPage   = 500
+	quotaSweepBudget = 200 * time.Millisecond
+	// quotaHeldKept is how long a settled reservation's quotaheld entries
+	// stay.
+	quotaHeldKept = 5 * time.Minute
+)
+
+// SetQuota creates or changes scope q.Scope's quota. The scope's rules
+// may not overlap another quota'd scope's (a message counts in at most
+// one). A negative limit, or a quota with no limit, is refused naming
+// the field.
+func (s *Store) SetQuota(ctx context.Context, q Quota) error {
+	switch {
+	case q.MaxPending < 0:
+		return fmt.Errorf("quota %q: max_pending %d is below zero", q.Scope, q.MaxPending)
+	case q.MaxRate < 0:
+		return fmt.Errorf("quota %q: max_rate %d is below zero", q.Scope, q.MaxRate)
+	case q.MaxPending == 0 && q.MaxRate == 0:
+		return fmt.Errorf("quota %q: neither max_pending nor max_rate is set (delete the quota instead)", q.Scope)
+	}
+	sc, err := parseQuotaScope(q.Scope, q.Rules)
+	if err != nil {
+		return err
+	}
+	q.Rules = strings.TrimPrefix(sc.String(), sc.Name)
+	q.Rules = strings.TrimSpace(q.Rules)
+	have, err := s.Quotas(ctx)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for _, o := range have {
+		if o.Scope != q.Scope {
+			lines = append(lines, o.Scope+" "+o.Rules)
+		}
+	}
+	lines = append(lines, q.Scope+" "+q.Rules)
+	if _, err := scope.ParseSet(strings.NewReader(strings.Join(lines, "\n"))); err != nil {
+		return fmt.Errorf("quota %q: %w", q.Scope, err)
+	}
+	q.Gen = 0 // the script puts the generation in
+	def, err := json.Marshal(q)
+	if err != nil {
+		return err
+	}
+	if err := s.run1(ctx, quotaSetScript, []string{quotaKey(s.ns), quotaDefsKey(s.ns), quotaAppliedKey(s.ns, q.Scope)},
+		q.Scope, def, q.MaxPending, q.MaxRate).Err(); err != nil {
+		return fmt.Errorf("set quota %q: %w", q.Scope, err)
+	}
+	s.quotas.forget()
+	return nil
+}
+
+// parseQuotaScope reads a scope's name and rules as the scopes file has
+// them.
+func parseQuotaScope(name, rules string) (*scope.Scope, error) {
+	set, err := scope.ParseSet(strings.NewReader(name + " " + rules))
+	if err != nil {
+		return nil, fmt.Errorf("quota %q: %w", name, err)
+	}
+	sc, ok := set.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("quota %q: no scope", name)
+	}
+	return sc, nil
+}
+
+// DeleteQuota removes scope's quota; its messages are no longer counted
+// nor limited. Deleting a quota that does not exist is not an error.
+func (s *Store) DeleteQuota(ctx context.Context, name string) error {
+	if err := s.run1(ctx, quotaSetScript, []string{quotaKey(s.ns), quotaDefsKey(s.ns), quotaAppliedKey(s.ns, name)},
+		name, "", 0, 0).Err(); err != nil {
+		return fmt.Errorf("delete quota %q: %w", name, err)
+	}
+	s.quotas.forget()
+	return nil
+}
+
+// Quotas returns every quota with its count, by scope name.
+func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
+	defs, err := s.rdb.HGetAll(ctx, quotaDefsKey(s.ns)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read quotas: %w", err)
+	}
+	qs, err := parseQuotaDefs(defs)
+	if err != nil || len(qs) == 0 {
+		return nil, err
+	}
+	fields := make([]string, 0, 2*len(qs))
+	for _, q := range qs {
+		fields = append(fields, "count:"+q.Scope, "refused:"+q.Scope)
+	}
+	v, err := s.rdb.HMGet(ctx, quotaKey(s.ns), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read quota counts: %w", err)
+	}
+	out := make([]QuotaUsage, len(qs))
+	for j, q := range qs {
+		out[j].Quota = q
+		out[j].Count, _ = strconv.ParseInt(fmt.Sprint(v[2*j]), 10, 64)
+		out[j].Refused, _ = strconv.ParseInt(fmt.Sprint(v[2*j+1]), 10, 64)
+	}
+	return out, nil
+}
+
+// parseQuotaDefs reads quotadefs' values, sorted by scope. A value that
+// does not parse is an error naming the key and field: producers refuse
+// to guess which messages a quota concerns.
+func parseQuotaDefs(defs map[string]string) ([]Quota, error) {
+	out := make([]Quota, 0, len(defs))
+	for name, v := range defs {
+		var q Quota
+		if err := json.Unmarshal([]byte(v), &q); err != nil || q.Scope != name || q.Gen <= 0 {
+			return nil, fmt.Errorf("quota definition of %q (HASH quotadefs, field %q) is corrupt: %q", name, name, v)
+		}
+		out = append(out, q)
+	}
+	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Scope, b.Scope) })
+	return out, nil
+}
+
+// quotaCache is a producer's copy of the quotas, read again when
+// quotaCacheTTL old. Shared by a Store's copies.
+type quotaCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	set  *scope.Set
+	defs map[string]*Quota
+}
+
+func (c *quotaCache) forget() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}
+
+// quotaOf returns the quota message t counts in, or nil.
+func (s *Store) quotaOf(ctx context.Context, t scope.Target) (*Quota, error) {
+	c := s.quotas
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || time.Since(c.at) >= quotaCacheTTL {
+		defs, err := s.rdb.HGetAll(ctx, quotaDefsKey(s.ns)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read quotas: %w", err)
+		}
+		qs, err := parseQuotaDefs(defs)
+		if err != nil {
+			return nil, err
+		}
+		lines := make([]string, len(qs))
+		byName := make(map[string]*Quota, len(qs))
+		for j := range qs {
+			lines[j] = qs[j].Scope + " " + qs[j].Rules
+			byName[qs[j].Scope] = &qs[j]
+		}
+		set, err := scope.ParseSet(strings.NewReader(strings.Join(lines, "\n")))
+		if err != nil {
+			return nil, fmt.Errorf("quotas in Redis (HASH quotadefs): %w", err)
+		}
+		c.set, c.defs, c.at = set, byName, time.Now()
+	}
+	if len(c.defs) == 0 {
+		return nil, nil
+	}
+	sc := c.set.Of(t)
+	if sc == nil {
+		return nil, nil
+	}
+	return c.defs[sc.Name], nil
+}
+
+// reservation is room reserved for messages of one quota, and what the
+// calls that used it stored.
+type reservation struct {
+	q        *Quota
+	member   string // in quotares
+	id       string
+	granted  int64
+	deadline int64
+	stored   int64
+	unsure   bool // a call's reply was lost: the maintenance settles it
+	// refusal is set on an upsert's stand-in for a reservation the quota
+	// refused (no id): its calls may only replace messages of the scope,
+	// and are refused with it otherwise.
+	refusal *QuotaError
+}
+
+// replaceOnly is the stand-in of an upsert the pending quota refused: it
+// may still replace a message of the scope, which adds nothing.
+func replaceOnly(q *Quota, refused *QuotaError) *reservation {
+	return &reservation{q: q, refusal: refused}
+}
+
+// newReservationID is "<unix ms>-<random>": the time lets the maintenance
+// delete a settled reservation's quotaheld entries once old.
+func newReservationID(now time.Time) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(now.UnixMilli(), 10) + "-" + hex.EncodeToString(b[:])
+}
+
+// reserve asks q for room for n messages. It returns the reservation
+// (nil when the quota is gone: nothing to count) and, when fewer than n
+// were granted, the *QuotaError for the rest.
+func (s *Store) reserve(ctx context.Context, q *Quota, n int) (*reservation, *QuotaError, error) {
+	for try := 0; ; try++ {
+		id := newReservationID(time.Now())
+		v, err := s.run1(ctx, quotaReserveScript, []string{quotaKey(s.ns), quotaResKey(s.ns)},
+			q.Scope, q.Gen, n, id, reservationLifetime.Milliseconds()).Slice()
+		if err != nil {
+			return nil, nil, fmt.Errorf("reserve quota of %s: %w", q.Scope, err)
+		}
+		r := reply{v: v, what: "quota reservation reply"}
+		granted, why, count, limit, retry, deadline := r.int(0), r.int(1), r.int(2), r.int(3), r.int(4), r.int(5)
+		if r.err != nil {
+			return nil, nil, r.err
+		}
+		if granted < 0 { // the quota changed generation, or is gone
+			if try > 0 {
+				return nil, nil, fmt.Errorf("reserve quota of %s: its generation changed twice while reserving", q.Scope)
+			}
+			s.quotas.forget()
+			nq, err := s.quotaByName(ctx, q.Scope)
+			if err != nil || nq == nil {
+				return nil, nil, err
+			}
+			q = nq
+			continue
+		}
+		var qe *QuotaError
+		if granted < int64(n) {
+			qe = &QuotaError{Scope: q.Scope, Quota: "pending", Limit: limit, Count: count,
+				RetryAfter: time.Duration(retry) * time.Millisecond}
+			if why == 2 {
+				qe.Quota = "rate"
+			}
+			// counted for the metrics; a lost count only under-reports
+			_ = s.rdb.HIncrBy(ctx, quotaKey(s.ns), "refused:"+q.Scope, int64(n)-granted).Err()
+		}
+		if granted == 0 {
+			return nil, qe, nil
+		}
+		return &reservation{q: q, id: id, granted: granted, deadline: deadline,
+			member: q.Scope + ":" + strconv.FormatInt(q.Gen, 10) + "|" + id + "|" + strconv.FormatInt(granted, 10)}, qe, nil
+	}
+}
+
+// quotaByName returns scope's quota as producers read it, or nil.
+func (s *Store) quotaByName(ctx context.Context, name string) (*Quota, error) {
+	if _, err := s.quotaOf(ctx, scope.Target{}); err != nil {
+		return nil, err
+	}
+	s.quotas.mu.Lock()
+	defer s.quotas.mu.Unlock()
+	return s.quotas.defs[name], nil
+}
+
+// settle gives back what r granted and its calls did not store. A
+// reservation with a lost reply is left to the maintenance, which reads
+// what the shards stored under it.
+func (s *Store) settle(ctx context.Context, rs ...*reservation) error {
+	var calls []call
+	for _, r := range rs {
+		if r == nil || r.unsure || r.member == "" {
+			continue
+		}
+		calls = append(calls, call{quotaSettleScript, []string{quotaKey(s.ns), quotaResKey(s.ns)},
+			[]any{r.q.Scope, r.q.Gen, r.member, r.granted, r.stored}})
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, c := range s.run(ctx, calls...) {
+		if err := c.Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("settle quota reservations (the maintenance settles them once due): %w", err)
+	}
+	return nil
+}
+
+// quotaWrapped are the quota'd variants of the enqueue scripts, and where
+// each has its ids: the ARGV index of the first and the stride.
+var quotaWrapped = map[*redis.Script]struct {
+	script        *redis.Script
+	first, stride int
+}{
+	enqueueScript:      {enqueueQuotaScript, 1, 0},
+	enqueueManyScript:  {enqueueManyQuotaScript, 6, 4},
+	farPlaceScript:     {farPlaceQuotaScript, 1, 0},
+	farPlaceManyScript: {farPlaceManyQuotaScript, 8, 5},
+}
+
+var (
+	enqueueQuotaScript      = quotaWrap(enqueuePreludes, enqueueBody)
+	enqueueManyQuotaScript  = quotaWrap(enqueueManyPreludes, enqueueManyBody)
+	farPlaceQuotaScript     = quotaWrap(farPlacePreludes, farPlaceBody)
+	farPlaceManyQuotaScript = quotaWrap(farPlacePreludes, farPlaceManyBody)
+)
+
+// wrap turns an enqueue call of shard i into its quota'd variant under r.
+func (r *reservation) wrap(ns string, i int, c call) call {
+	w := quotaWrapped[c.script]
+	n := any(1)
+	if w.stride > 0 {
+		n = c.args[0] // the scripts for many messages take n first
+	}
+	keys := append(c.keys[:len(c.keys):len(c.keys)],
+		quotaShardKey(ns, i, "scopeof"), quotaShardKey(ns, i, "quotaheld"), quotaShardKey(ns, i, "quotaout"))
+	args := append(c.args[:len(c.args):len(c.args)],
+		r.q.Scope+":"+strconv.FormatInt(r.q.Gen, 10), r.id, r.deadline, w.first, w.stride, n)
+	return call{w.script, keys, args}
+}
+
+// take reads a quota'd call's reply: the enqueue script's, with the
+// number stored appended, which it adds to r. A failed call makes r
+// unsure (the maintenance settles it from the shards).
+func (r *reservation) take(v []any, err error) ([]any, error) {
+	if r == nil {
+		return v, err
+	}
+	if err != nil && r.refusal != nil && strings.HasPrefix(err.Error(), "QUOTA ") {
+		return nil, r.refusal
+	}
+	if err != nil || len(v) == 0 {
+		r.unsure = true
+		if err == nil {
+			err = fmt.Errorf("quota'd enqueue reply of no fields")
+		}
+		return nil, err
+	}
+	n, ok := v[len(v)-1].(int64)
+	if !ok {
+		r.unsure = true
+		return nil, fmt.Errorf("quota'd enqueue reply: stored count %v is not an integer", v[len(v)-1])
+	}
+	r.stored += n
+	return v[:len(v)-1], nil
+}

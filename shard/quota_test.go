@@ -1,0 +1,361 @@
+package shard_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// switching is a ShardCounter whose M changes while producers write: a
+// resize.
+type switching struct{ m atomic.Int64 }
+
+func (s *switching) ShardCount() (int, error) { return int(s.m.Load()), nil }
+
+// held counts the messages of namespace b's shards below m: scheduled,
+// in flight and dead (every msg hash field).
+func held(t *testing.T, b *bundle, m int, prefix string) int {
+	t.Helper()
+	n := 0
+	for i := range m {
+		ids, err := b.rdb.HKeys(b.ctx, shard.ShardKeys(b.store.Namespace(), i).Msg).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if strings.HasPrefix(id, prefix) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func quotaOf(t *testing.T, b *bundle, name string) shard.QuotaUsage {
+	t.Helper()
+	qs, err := b.store.Quotas(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Scope == name {
+			return q
+		}
+	}
+	t.Fatalf("no quota %q in %+v", name, qs)
+	return shard.QuotaUsage{}
+}
+
+// TestQuotaExactUnderConcurrency: 32 producers of one team, by single
+// enqueues, batches and upserts, against a pending quota of 10,000 while
+// M goes 8 -> 16 -> 8: exactly 10,000 are stored, every other is refused
+// with the quota named, and another team's enqueues all succeed.
+func TestQuotaExactUnderConcurrency(t *testing.T) {
+	b := setup(t, 8)
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 10000}); err != nil {
+		t.Fatal(err)
+	}
+	var m switching
+	m.m.Store(8)
+	const producers, each = 32, 625 // 20,000 billing messages
+	var stored, refused, other atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := range producers {
+		prod := shard.NewProducer(b.store, &m, shard.ProducerOptions{})
+		wg.Go(func() {
+			for k := 0; k < each; {
+				if p == 0 && k == each/3 {
+					m.m.Store(16)
+				} else if p == 0 && k == 2*each/3 {
+					m.m.Store(8)
+				}
+				var msgs []shard.Message
+				n := 1 + (k*7+p)%40
+				if k+n > each {
+					n = each - k
+				}
+				for j := range n {
+					msgs = append(msgs, shard.Message{ID: fmt.Sprintf("b-%d-%d", p, k+j), Topic: "billing.invoice", Body: []byte("x"), Delay: time.Hour})
+				}
+				k += n
+				var results []error
+				switch {
+				case n == 1:
+					_, err := prod.Enqueue(b.ctx, msgs[0])
+					results = append(results, err)
+				case p%3 == 0:
+					rs, err := prod.UpsertBatch(b.ctx, msgs)
+					if err != nil && !errors.Is(err, shard.ErrQuota) {
+						errs <- err
+						return
+					}
+					for _, r := range rs {
+						results = append(results, r.Err)
+					}
+				default:
+					rs, err := prod.EnqueueBatch(b.ctx, msgs)
+					if err != nil && !errors.Is(err, shard.ErrQuota) {
+						errs <- err
+						return
+					}
+					for _, r := range rs {
+						results = append(results, r.Err)
+					}
+				}
+				for _, err := range results {
+					var qe *shard.QuotaError
+					switch {
+					case err == nil:
+						stored.Add(1)
+					case errors.As(err, &qe) && qe.Scope == "billing" && qe.Quota == "pending" && qe.Limit == 10000:
+						refused.Add(1)
+					default:
+						errs <- err
+						return
+					}
+				}
+				// another team, no quota: never refused
+				if _, err := prod.Enqueue(b.ctx, shard.Message{ID: fmt.Sprintf("s-%d-%d", p, k), Topic: "search.index", Body: []byte("y"), Delay: time.Hour}); err != nil {
+					errs <- fmt.Errorf("another team's enqueue: %w", err)
+					return
+				}
+				other.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if stored.Load() != 10000 || refused.Load() != 10000 {
+		t.Fatalf("stored %d and refused %d of 20,000; want 10,000 each", stored.Load(), refused.Load())
+	}
+	if got := held(t, b, 16, "b-"); got != 10000 {
+		t.Fatalf("Redis holds %d billing messages, want 10,000", got)
+	}
+	if q := quotaOf(t, b, "billing"); q.Count != 10000 || q.Refused != 10000 {
+		t.Fatalf("quota counts %d held and %d refused, want 10,000 each", q.Count, q.Refused)
+	}
+	if other.Load() == 0 {
+		t.Fatal("no enqueue of the other team ran")
+	}
+}
+
+// TestQuotaCountsOutRemovals: cancelled, published and purged messages
+// leave the count at the next maintenance round, and make room again;
+// an upsert within the scope counts once.
+func TestQuotaCountsOutRemovals(t *testing.T) {
+	b := setup(t, 4)
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 100}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(id string, d time.Duration) shard.Message {
+		return shard.Message{ID: id, Topic: "billing.x", Body: []byte("x"), Delay: d}
+	}
+	var batch []shard.Message
+	for k := range 100 {
+		d := time.Hour
+		if k < 20 {
+			d = 0 // due now: published below
+		}
+		batch = append(batch, msg(fmt.Sprintf("id-%d", k), d))
+	}
+	rs, err := b.prod.EnqueueBatch(b.ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if _, err := b.prod.Upsert(b.ctx, msg("id-50", 2*time.Hour)); err != nil {
+		t.Fatalf("an upsert of a message held, at the quota: %v", err)
+	}
+	_, err = b.prod.Enqueue(b.ctx, msg("one-more", time.Hour))
+	if !errors.Is(err, shard.ErrQuota) || !strings.Contains(err.Error(), "holds 100 of its quota of 100") {
+		t.Fatalf("enqueue past the quota: %v", err)
+	}
+	for k := 20; k < 30; k++ {
+		if err := b.prod.Cancel(b.ctx, fmt.Sprintf("id-%d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := 0
+	for i := range 4 {
+		r, err := b.store.Claim(b.ctx, i, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range r.Msgs {
+			if _, err := b.store.Ack(b.ctx, i, c.Lease); err != nil {
+				t.Fatal(err)
+			}
+			published++
+		}
+	}
+	if published != 20 {
+		t.Fatalf("published %d, want the 20 due", published)
+	}
+	r, err := b.store.MaintainQuotas(b.ctx, 4, time.Millisecond)
+	if err != nil || !r.Ran || r.Swept != 30 {
+		t.Fatalf("maintenance: %+v, %v; want 30 swept", r, err)
+	}
+	if q := quotaOf(t, b, "billing"); q.Count != 70 {
+		t.Fatalf("count %d after 30 removals, want 70", q.Count)
+	}
+	for k := range 30 {
+		if _, err := b.prod.Enqueue(b.ctx, msg(fmt.Sprintf("again-%d", k), time.Hour)); err != nil {
+			t.Fatalf("enqueue into room made by removals: %v", err)
+		}
+	}
+	if _, err := b.prod.Enqueue(b.ctx, msg("past", time.Hour)); !errors.Is(err, shard.ErrQuota) {
+		t.Fatalf("enqueue past the quota again: %v", err)
+	}
+	// A quota deleted and set again starts from 0: the old tags count
+	// nothing in it.
+	if err := b.store.DeleteQuota(b.ctx, "billing"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if err := b.prod.Cancel(b.ctx, fmt.Sprintf("again-%d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.store.MaintainQuotas(b.ctx, 4, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if q := quotaOf(t, b, "billing"); q.Count != 0 {
+		t.Fatalf("a new quota counts %d after removals of the old one's messages, want 0", q.Count)
+	}
+}
+
+// TestQuotaRate: a rate quota grants at most its rate in a second of the
+// Redis clock, and names itself with a retry within the second.
+func TestQuotaRate(t *testing.T) {
+	b := setup(t, 4)
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "sms", Rules: "topic=sms", MaxRate: 50}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []shard.Message
+	for k := range 200 {
+		batch = append(batch, shard.Message{ID: fmt.Sprintf("sms-%d", k), Topic: "sms", Body: []byte("x"), Delay: time.Hour})
+	}
+	start := time.Now()
+	rs, err := b.prod.EnqueueBatch(b.ctx, batch)
+	if err != nil && !errors.Is(err, shard.ErrQuota) {
+		t.Fatal(err)
+	}
+	ok := 0
+	for _, r := range rs {
+		var qe *shard.QuotaError
+		switch {
+		case r.Err == nil:
+			ok++
+		case errors.As(r.Err, &qe) && qe.Quota == "rate" && qe.Limit == 50 && qe.RetryAfter > 0 && qe.RetryAfter <= time.Second:
+		default:
+			t.Fatalf("%s: %v", r.ID, r.Err)
+		}
+	}
+	if ok != 50 {
+		t.Fatalf("%d of 200 granted in a burst, want the rate, 50", ok)
+	}
+	// the next second grants again
+	shardtest.WaitFor(t, 5*time.Second, func() bool {
+		_, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "sms-next", Topic: "sms", Body: []byte("x"), Delay: time.Hour})
+		return err == nil
+	}, func() string { return fmt.Sprintf("no grant %s after the burst", time.Since(start)) })
+}
+
+// TestQuotaBadInput: limits below zero, no limit, rules that overlap
+// another quota's scope and rules that do not parse are refused naming
+// what was wrong, and change nothing.
+func TestQuotaBadInput(t *testing.T) {
+	b := setup(t, 1)
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		q    shard.Quota
+		want string
+	}{
+		{shard.Quota{Scope: "a", Rules: "topic=a", MaxPending: -1}, "max_pending -1 is below zero"},
+		{shard.Quota{Scope: "a", Rules: "topic=a", MaxRate: -5}, "max_rate -5 is below zero"},
+		{shard.Quota{Scope: "a", Rules: "topic=a"}, "neither max_pending nor max_rate"},
+		{shard.Quota{Scope: "a", Rules: "topic=billing.x", MaxPending: 1}, `overlaps scope "billing"`},
+		{shard.Quota{Scope: "a", Rules: "topic=", MaxPending: 1}, "quota \"a\""},
+		{shard.Quota{Scope: "a b", Rules: "topic=x", MaxPending: 1}, "quota \"a b\""},
+	} {
+		err := b.store.SetQuota(b.ctx, c.q)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("SetQuota(%+v): %v, want an error with %q", c.q, err, c.want)
+		}
+	}
+	qs, err := b.store.Quotas(b.ctx)
+	if err != nil || len(qs) != 1 || qs[0].MaxPending != 10 {
+		t.Fatalf("quotas after refusals: %+v, %v", qs, err)
+	}
+	// A definition that does not parse is named with its key and field.
+	if err := b.rdb.HSet(b.ctx, "delayq:{"+b.store.Namespace()+"}:quotadefs", "billing", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Quotas(b.ctx); err == nil || !strings.Contains(err.Error(), `HASH quotadefs, field "billing"`) {
+		t.Fatalf("a corrupt definition: %v", err)
+	}
+}
+
+// TestQuotaCountsFarMessages: far messages count in the quota like near
+// ones; a far message cancelled leaves the count, one promoted stays in
+// it.
+func TestQuotaCountsFarMessages(t *testing.T) {
+	b := farSetup(t)
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "trial", Rules: "topic=trial", MaxPending: 40}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []shard.Message
+	for k := range 50 {
+		batch = append(batch, shard.Message{ID: fmt.Sprintf("t-%d", k), Topic: "trial", Body: []byte("x"), Delay: time.Hour})
+	}
+	rs, err := b.prod.EnqueueBatch(b.ctx, batch)
+	if err != nil && !errors.Is(err, shard.ErrQuota) {
+		t.Fatal(err)
+	}
+	ok := 0
+	for _, r := range rs {
+		if r.Err == nil {
+			ok++
+		} else if !errors.Is(r.Err, shard.ErrQuota) {
+			t.Fatal(r.Err)
+		}
+	}
+	if ok != 40 {
+		t.Fatalf("%d far messages stored, want the quota, 40", ok)
+	}
+	if far := len(farRecords(t, b)); far != 40 {
+		t.Fatalf("%d far records, want 40: the batch went far", far)
+	}
+	for k := range 5 {
+		if err := b.prod.Cancel(b.ctx, fmt.Sprintf("t-%d", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := b.store.MaintainQuotas(b.ctx, b.m, time.Millisecond)
+	if err != nil || r.Swept != 5 {
+		t.Fatalf("maintenance: %+v, %v; want the 5 cancelled swept, the far ones kept", r, err)
+	}
+	if q := quotaOf(t, b, "trial"); q.Count != 35 {
+		t.Fatalf("count %d, want 35", q.Count)
+	}
+}
