@@ -185,15 +185,15 @@ const (
 func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 	switch {
 	case q.MaxPending < 0:
-		return fmt.Errorf("quota %q: max_pending %d is below zero", q.Scope, q.MaxPending)
+		return invalid("max_pending", "quota %q: max_pending %d is below zero", q.Scope, q.MaxPending)
 	case q.MaxRate < 0:
-		return fmt.Errorf("quota %q: max_rate %d is below zero", q.Scope, q.MaxRate)
+		return invalid("max_rate", "quota %q: max_rate %d is below zero", q.Scope, q.MaxRate)
 	case q.MaxPending == 0 && q.MaxRate == 0:
-		return fmt.Errorf("quota %q: neither max_pending nor max_rate is set (delete the quota instead)", q.Scope)
+		return invalid("max_pending", "quota %q: neither max_pending nor max_rate is set (delete the quota instead)", q.Scope)
 	}
 	sc, err := parseQuotaScope(q.Scope, q.Rules)
 	if err != nil {
-		return err
+		return &InvalidError{Field: "rules", Reason: err.Error()}
 	}
 	q.Rules = strings.TrimPrefix(sc.String(), sc.Name)
 	q.Rules = strings.TrimSpace(q.Rules)
@@ -209,7 +209,12 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 	}
 	lines = append(lines, q.Scope+" "+q.Rules)
 	if _, err := scope.ParseSet(strings.NewReader(strings.Join(lines, "\n"))); err != nil {
-		return fmt.Errorf("quota %q: %w", q.Scope, err)
+		// the lines are the quotas', not a file's: name the scopes only
+		msg := err.Error()
+		if _, rest, ok := strings.Cut(msg, ": "); ok {
+			msg = rest
+		}
+		return &InvalidError{Field: "rules", Reason: fmt.Sprintf("quota %q: %s", q.Scope, msg)}
 	}
 	q.Gen = 0 // the script puts the generation in
 	def, err := json.Marshal(q)

@@ -164,7 +164,7 @@ return gone
 //
 // It refuses the whole call past the deadline (QUOTAEXPIRED: nothing
 // written; the maintenance may have settled the reservation already).
-// With no reservation id ('') the call is an upsert at the quota, which
+// With no reservation id (”) the call is an upsert at the quota, which
 // may only replace: unless every id is tagged with the tag already, it
 // refuses the whole call (QUOTA: nothing written). Then it runs the body,
 // and tags each message the body created or replaced: an id tagged

@@ -38,9 +38,10 @@ func metricNames(t *testing.T) map[string]bool {
 		}
 	}
 	// Read at scrape time by the shard, flow and Redis collectors and ops.go.
-	descs := make(chan *prometheus.Desc, 32)
+	descs := make(chan *prometheus.Desc, 64)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
 	scanner.NewFlowCollector(nil, nil).Describe(descs)
+	scanner.NewQuotaCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
 	scanner.NewScheduleCollector(nil).Describe(descs)
 	// The ingress's vectors, and the flow and scope vectors, have no

@@ -93,7 +93,12 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	}
 	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
 		AllowEviction: c.RedisAllowEviction})
-	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: c.MaxBody, Log: e.log,
+	scopes, err := c.scopes()
+	if err != nil {
+		_ = ln.Close()
+		return e.fail("serve", err)
+	}
+	apiOpts := httpapi.Options{Producer: prod, Store: st, Tokens: tokens, Scopes: scopes, MaxBody: c.MaxBody, Log: e.log,
 		Shards: func(ctx context.Context) (int, error) { return e.shardsToShow(ctx, st, consul) }}
 	if consul != nil {
 		apiOpts.SetShards = func(ctx context.Context, m, expect int) (int, error) {

@@ -60,6 +60,7 @@ func newScopedFixture(t *testing.T) *fixture {
 		{"POST", "/v1/messages", `{"id":"billing-1","topic":"billing.x","delay_ms":3600000,"body":"b"}`},
 		{"PUT", "/v1/schedules/billing-nightly", `{"spec":"30 2 * * *","message":{"topic":"billing.x","body":"run"}}`},
 		{"PUT", "/v1/flows/billing.x", `{"rate":10}`},
+		{"PUT", "/v1/quotas/billing", `{"max_pending":1000}`},
 	} {
 		if code, _ := f.raw(c.method, c.path, adminToken, c.body); code >= 300 {
 			t.Fatalf("setup %s %s: %d", c.method, c.path, code)
@@ -102,7 +103,12 @@ func billingState(t *testing.T, f *fixture) string {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(flows)
-	return strings.Join(append(out, string(b)), "\n")
+	quotas, err := f.st.Quotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := json.Marshal(quotas)
+	return strings.Join(append(out, string(b), string(q)), "\n")
 }
 
 // TestScopeMatrix: every route of the OpenAPI document, sent by each
@@ -139,6 +145,9 @@ func TestScopeMatrix(t *testing.T) {
 		"GET /v1/far":                       {{"/v1/far", ""}},
 		"PUT /v1/far":                       {{"/v1/far", `{"on":true}`}},
 		"GET /v1/flows":                     {{"/v1/flows", ""}},
+		"GET /v1/quotas":                    {{"/v1/quotas", ""}},
+		"PUT /v1/quotas/{scope}":            {{"/v1/quotas/billing", `{"max_pending":5}`}, {"/v1/quotas/search", `{"max_pending":5000000}`}},
+		"DELETE /v1/quotas/{scope}":         {{"/v1/quotas/billing", ""}},
 		"PUT /v1/flows/{topic}":             {{"/v1/flows/billing.x", `{"rate":1}`}},
 		"POST /v1/flows/{topic}/pause":      {{"/v1/flows/billing.x/pause", `{}`}},
 		"POST /v1/flows/{topic}/resume":     {{"/v1/flows/billing.x/resume", `{}`}},

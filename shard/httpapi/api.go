@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/tracing"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// Tokens are the accepted bearer tokens; nil accepts every request
 	// as an admin's (the caller then listens on loopback only).
 	Tokens *Tokens
+	// Scopes are the namespace's scopes (DELAYQ_SCOPES_FILE): a quota set
+	// by name takes its scope's rules from them.
+	Scopes *scope.Set
 	// MaxBody is the largest message body (DELAYQ_MAX_BODY). Default
 	// shard.DefaultMaxBody.
 	MaxBody int
@@ -107,6 +111,9 @@ func New(o Options) *API {
 	a.handle("GET /v1/bulk/{job}", listed(RoleRead), a.bulkStatus)
 	a.handle("GET /v1/far", anywhere(RoleRead), a.far)
 	a.handle("PUT /v1/far", inNamespace(RoleAdmin), a.setFar)
+	a.handle("GET /v1/quotas", listed(RoleRead), a.quotas)
+	a.handle("PUT /v1/quotas/{scope}", inNamespace(RoleAdmin), a.putQuota)
+	a.handle("DELETE /v1/quotas/{scope}", inNamespace(RoleAdmin), a.deleteQuota)
 	a.handle("GET /v1/flows", listed(RoleRead), a.flows)
 	a.handle("PUT /v1/flows/{topic}", onTopic(RoleOperate), a.changeFlowHandler("limit"))
 	a.handle("POST /v1/flows/{topic}/pause", onTopic(RoleOperate), a.changeFlowHandler("pause"))
@@ -205,9 +212,12 @@ func problem(w http.ResponseWriter, status int, title, detail, field string) {
 // fail maps an error of the shard package to a problem.
 func (a *API) fail(w http.ResponseWriter, err error) {
 	var ie *shard.InvalidError
+	var qe *shard.QuotaError
 	switch {
 	case errors.As(err, &ie):
 		problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
+	case errors.As(err, &qe):
+		overQuota(w, qe)
 	case errors.Is(err, shard.ErrDuplicate):
 		problem(w, http.StatusConflict, "duplicate id", err.Error(), "id")
 	case errors.Is(err, shard.ErrCancelled):
@@ -325,8 +335,11 @@ func (a *API) badMessage(w http.ResponseWriter, err error) {
 
 // BatchItem is the outcome of one message of a batch.
 type BatchItem struct {
-	ID     string `json:"id,omitempty"`
-	Status string `json:"status"` // scheduled, duplicate, cancelled, invalid, forbidden (outside the token's scopes), failed
+	ID string `json:"id,omitempty"`
+	// scheduled, duplicate, cancelled, invalid, forbidden (outside the
+	// token's scopes), over_quota (the scope's quota refused it: retry
+	// later), failed
+	Status string `json:"status"`
 	Shard  *int   `json:"shard,omitempty"`
 	Due    string `json:"due,omitempty"`
 	Error  string `json:"error,omitempty"`
@@ -413,6 +426,8 @@ func (a *API) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 				it.Status = "duplicate"
 			case errors.Is(br.Err, shard.ErrCancelled):
 				it.Status, it.Error = "cancelled", br.Err.Error()
+			case errors.Is(br.Err, shard.ErrQuota):
+				it.Status, it.Error, it.Field = "over_quota", br.Err.Error(), "quota"
 			case errors.As(br.Err, &ie):
 				it.Status, it.Error, it.Field = "invalid", br.Err.Error(), ie.Field
 			default:

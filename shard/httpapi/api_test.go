@@ -79,7 +79,7 @@ func newFixtureWith(t *testing.T, tokensFile, scopesFile string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.New(httpapi.Options{Producer: prod, Store: st, Tokens: tokens, MaxBody: 1000,
+	api := httpapi.New(httpapi.Options{Producer: prod, Store: st, Tokens: tokens, Scopes: scopes, MaxBody: 1000,
 		Shards: func(context.Context) (int, error) { return 4, nil }})
 	ts := httptest.NewServer(api.Handler())
 	t.Cleanup(ts.Close)

@@ -1,0 +1,113 @@
+package scanner
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+// The quotas' maintenance (shard/quota.go, "The design"): every
+// quotaMaintainEvery each scanner asks for the fleet's round
+// (shard.Store.MaintainQuotas), which runs in whichever process takes its
+// lease first: it counts out the messages of quota'd scopes that are gone,
+// and settles the reservations of producers that died between their
+// reserve and their settle. No leader: the round's steps are safe to run
+// twice or to stop at any line, and the lease only keeps the fleet from
+// doing the work more than once a second. A namespace where no quota was
+// ever set costs one EXISTS a scanner a second.
+//
+// The goroutine is started and stopped with the claims stage (Stop's
+// step 1).
+
+const quotaMaintainEvery = time.Second
+
+// maintainQuotas runs the rounds until life ends; the Redis calls use
+// workCtx.
+func (s *Scanner) maintainQuotas(life, workCtx context.Context) {
+	t := time.NewTicker(quotaMaintainEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case <-t.C:
+		}
+		hw, err := s.d.Shards.HighWater()
+		if err != nil {
+			s.errLog.warn("maintain quotas: shard count", err)
+			continue
+		}
+		if _, err := s.d.Store.MaintainQuotas(workCtx, hw, quotaMaintainEvery); err != nil {
+			s.errLog.warn("maintain quotas", err)
+		}
+	}
+}
+
+// QuotaCollector exports each scope's quota, read from Redis at scrape
+// time (shard.Store.Quotas):
+//
+//	delayq_quota_pending{scope}         messages counted: held, and reserved by enqueues under way
+//	delayq_quota_max_pending{scope}     the most it may hold; 0: no limit
+//	delayq_quota_max_rate{scope}        the most it may enqueue a second; 0: no limit
+//	delayq_quota_refused_total{scope}   messages the quota refused
+//	delayq_quota_up                     1 if the last read succeeded
+//
+// Like the shard gauges, every pod exports the same values: aggregate
+// with max across pods.
+type QuotaCollector struct {
+	store   *shard.Store
+	timeout time.Duration
+
+	pending, maxPending, maxRate, refused, up *prometheus.Desc
+}
+
+// NewQuotaCollector returns a collector of the quotas of store's
+// namespace.
+func NewQuotaCollector(store *shard.Store, _ balance.Source) *QuotaCollector {
+	ns := ""
+	if store != nil {
+		ns = store.Namespace()
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delayq_quota_"+name, help, labels, prometheus.Labels{"namespace": ns})
+	}
+	return &QuotaCollector{store: store, timeout: 5 * time.Second,
+		pending:    d("pending", "Messages the scope's quota counts: held, and reserved by enqueues under way.", "scope"),
+		maxPending: d("max_pending", "The most messages the scope may hold; 0: no limit.", "scope"),
+		maxRate:    d("max_rate", "The most messages the scope may enqueue a second; 0: no limit.", "scope"),
+		refused:    d("refused_total", "Messages the scope's quota refused since it was set.", "scope"),
+		up:         d("up", "1 if the last read of the quotas from Redis succeeded."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *QuotaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pending, c.maxPending, c.maxRate, c.refused, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *QuotaCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	qs, err := c.store.Quotas(ctx)
+	if err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.up, 1)
+	for _, q := range qs {
+		gauge(c.pending, float64(q.Count), q.Scope)
+		gauge(c.maxPending, float64(q.MaxPending), q.Scope)
+		gauge(c.maxRate, float64(q.MaxRate), q.Scope)
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(q.Refused), q.Scope)
+	}
+}
