@@ -53,7 +53,18 @@ type ProducerOptions struct {
 	// reads every master's settings (CheckRedis) and refuses to write
 	// there with an error wrapping ErrUnsafeRedis.
 	AllowEviction bool
+	// AtStep, when set, is called at the steps of a quota'd enqueue
+	// (QuotaReserved: room reserved, nothing stored yet; QuotaStored:
+	// stored, the reservation not yet settled), so that the crash tests
+	// can kill a producer there. Nil in production.
+	AtStep func(step string)
 }
+
+// The steps ProducerOptions.AtStep is called at.
+const (
+	QuotaReserved = "reserved"
+	QuotaStored   = "stored"
+)
 
 // Producer is the SDK: it schedules, cancels, reschedules and inspects
 // messages. It is safe for concurrent use.
@@ -87,6 +98,7 @@ type Producer struct {
 	maxPending    int
 	now           func() time.Time
 	allowEviction bool
+	atStep        func(string)
 
 	pinTTL time.Duration // ProducerOptions.Pin
 	pin    pinState
@@ -212,7 +224,10 @@ func olderShards(id string, m int, used []int) []int {
 // shards.ShardCount() shards.
 func NewProducer(store *Store, shards ShardCounter, opts ProducerOptions) *Producer {
 	p := &Producer{store: store, shards: shards, maxBody: opts.MaxBody, maxPending: max(0, opts.MaxPending), now: opts.Now,
-		allowEviction: opts.AllowEviction}
+		allowEviction: opts.AllowEviction, atStep: opts.AtStep}
+	if p.atStep == nil {
+		p.atStep = func(string) {}
+	}
 	if p.maxBody <= 0 {
 		p.maxBody = DefaultMaxBody
 	}
@@ -285,9 +300,13 @@ func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Schedul
 			return Scheduled{}, fmt.Errorf("enqueue %q: %w", m.ID, refused)
 		}
 		pm.res = r
+		p.atStep(QuotaReserved)
 		// A settle that fails is not the enqueue's failure: the
 		// maintenance settles the reservation once due (quota.go).
-		defer func() { _ = p.store.settle(context.WithoutCancel(ctx), r) }()
+		defer func() {
+			p.atStep(QuotaStored)
+			_ = p.store.settle(context.WithoutCancel(ctx), r)
+		}()
 	}
 	due, err := p.store.place(ctx, pm.shard, pm.enc, upsert, pm.shardCap, pm.res)
 	if err != nil {
@@ -415,7 +434,13 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 	}
 	// A settle that fails is not the batch's failure: the maintenance
 	// settles the reservations once due (quota.go).
-	defer func() { _ = p.store.settle(context.WithoutCancel(ctx), rs...) }()
+	if len(rs) > 0 {
+		p.atStep(QuotaReserved)
+		defer func() {
+			p.atStep(QuotaStored)
+			_ = p.store.settle(context.WithoutCancel(ctx), rs...)
+		}()
+	}
 	fs, farOn, err := p.store.farSettings(ctx)
 	if err != nil {
 		return res, p.failAll(res, todo, err)

@@ -16,7 +16,10 @@ import (
 // (received, stored, acked) or its scanner does (fired: an occurrence of a
 // schedule fired, not yet published; confirmed: the broker confirmed a
 // message, its ack not yet on its way to Redis), and `delayq clear` the n-th time a page of
-// its bulk cancel is done (step "page"), so that the crash tests can kill
+// its bulk cancel is done (step "page"), and a producer (delayq enqueue,
+// serve) the n-th time a quota'd enqueue has reserved room (step
+// "reserved") or stored its messages (step "stored", the reservation not
+// yet settled), so that the crash tests can kill
 // the process at each line between a write and the next. It is not in the
 // Config table: nothing but the tests should set it.
 const crashEnv = "DELAYQ_TEST_KILL_AT"

@@ -193,7 +193,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	defer done()
-	var enqueued, duplicates, rejected, full, failed, inFlight int
+	var enqueued, duplicates, rejected, full, overQuota, failed, inFlight int
 	var msgs []shard.Message
 	var lines []int
 	enqueueBatch := p.EnqueueBatch
@@ -218,6 +218,8 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 				rejected++
 			case errors.Is(r.Err, shard.ErrCapacity):
 				full++
+			case errors.Is(r.Err, shard.ErrQuota): // the error names the quota and its figures
+				overQuota++
 			default: // Redis failed: not the line's fault; err says why
 				failed++
 				continue
@@ -239,6 +241,9 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		fmt.Fprintf(e.stdout, "enqueued %d, duplicates %d, rejected %d", enqueued, duplicates, rejected)
 		if full > 0 {
 			fmt.Fprintf(e.stdout, ", refused at capacity %d", full)
+		}
+		if overQuota > 0 {
+			fmt.Fprintf(e.stdout, ", refused by a quota %d", overQuota)
 		}
 		if inFlight > 0 {
 			fmt.Fprintf(e.stdout, ", not replaced because in flight %d", inFlight)
@@ -278,7 +283,7 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 		return e.fail("enqueue", err)
 	}
 	summary()
-	if rejected > 0 || full > 0 || inFlight > 0 {
+	if rejected > 0 || full > 0 || overQuota > 0 || inFlight > 0 {
 		return exitFail
 	}
 	return exitOK

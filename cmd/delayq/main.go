@@ -20,6 +20,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/ingress"
 )
 
 func main() {
@@ -57,7 +58,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		scanCommand(), enqueueCommand(), cancelCommand(), listCommand(), clearCommand(), rescheduleCommand(),
-		inspectCommand(), statsCommand(), flowCommand(), scheduleCommand(), shardsCommand(), farCommand(), deadCommand(), serveCommand(),
+		inspectCommand(), statsCommand(), flowCommand(), quotaCommand(), scheduleCommand(), shardsCommand(), farCommand(), deadCommand(), serveCommand(),
 	}
 }
 
@@ -271,8 +272,16 @@ func (e *env) producer(ctx context.Context, how int) (*shard.Producer, func(), e
 		stop()
 		return nil, nil, err
 	}
-	p := shard.NewProducer(st, l, shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending,
-		AllowEviction: e.cfg.RedisAllowEviction})
+	crash, err := crashPoint()
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	opts := shard.ProducerOptions{MaxBody: e.cfg.MaxBody, MaxPending: e.cfg.MaxPending, AllowEviction: e.cfg.RedisAllowEviction}
+	if crash != nil {
+		opts.AtStep = func(step string) { crash(ingress.Step(step)) }
+	}
+	p := shard.NewProducer(st, l, opts)
 	return p, stop, nil
 }
 
