@@ -117,3 +117,83 @@ func TestIngressStoresThenAcks(t *testing.T) {
 		t.Errorf("after Stop: %+v %v, want an empty queue without consumers", q, err)
 	}
 }
+
+// TestIngressHoldsOverQuota: messages a scope's quota refuses are held
+// unacked (and retried), never dead-lettered nor dropped: once the quota
+// is raised they are stored and acked, and the queue is left empty.
+func TestIngressHoldsOverQuota(t *testing.T) {
+	shardtest.Require(t, serverErr)
+	ctx := context.Background()
+	ns := shardtest.Namespace(t)
+	st, err := shard.NewStore(redisSrv.Client(t), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "exchange=target", MaxPending: 5}); err != nil {
+		t.Fatal(err)
+	}
+	prod := shard.NewProducer(st, balance.Static(4), shard.ProducerOptions{})
+	conn, err := amqp.Dial(rabbit.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := "in-" + ns
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	in, err := ingress.New(ingress.Options{URLs: []string{rabbit.URL}, Routes: []ingress.Route{{Queue: queue, Exchange: "target"}},
+		Prefetch: 64, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, prod, zaptest.NewLogger(t), ingress.NewMetrics(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
+			MessageId: fmt.Sprintf("m-%d", i), Body: []byte("x"), Headers: amqp.Table{"x-delay": int32(3600_000)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func() int64 {
+		sts, err := st.Stats(ctx, 4)
+		if err != nil {
+			return -1
+		}
+		var n int64
+		for _, s := range sts {
+			n += s.Scheduled
+		}
+		return n
+	}
+	refused := func() int64 {
+		qs, err := st.Quotas(ctx)
+		if err != nil || len(qs) != 1 {
+			return -1
+		}
+		return qs[0].Refused
+	}
+	// Five stored; the other three refused again and again, held.
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return stored() == 5 && refused() >= 9 },
+		func() string { return fmt.Sprintf("%d stored, %d refusals", stored(), refused()) })
+	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "exchange=target", MaxPending: 100}); err != nil {
+		t.Fatal(err)
+	}
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return stored() == n },
+		func() string { return fmt.Sprintf("%d of %d stored once the quota was raised", stored(), n) })
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := in.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil || q.Messages != 0 {
+		t.Errorf("after Stop: %+v %v, want an empty queue", q, err)
+	}
+}
