@@ -142,6 +142,9 @@ func TestConsoleScopes(t *testing.T) {
 	if _, err := api.ChangeFlow(ctx, "test", "root", "limit", "billing.mark-flow", httpapi.FlowRequest{Rate: json.RawMessage(`7`)}); err != nil {
 		t.Fatal(err)
 	}
+	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.* ids=billing-", MaxPending: 1000}); err != nil {
+		t.Fatal(err)
+	}
 	state := func() string {
 		var out []string
 		for _, id := range []string{"billing-1", "billing-dead"} {
@@ -151,10 +154,12 @@ func TestConsoleScopes(t *testing.T) {
 		sc, _ := st.ScheduleInfo(ctx, "billing-nightly")
 		fl, _ := st.Flows(ctx)
 		b, _ := json.Marshal(fl)
-		return strings.Join(append(out, sc.Next.String(), string(b)), "\n")
+		qs, _ := st.Quotas(ctx)
+		q, _ := json.Marshal(qs)
+		return strings.Join(append(out, sc.Next.String(), string(b), string(q)), "\n")
 	}
 	before := state()
-	marks := []string{"MARK-", "billing-1", "billing-dead", "billing-nightly", "billing.mark-flow"}
+	marks := []string{"MARK-", "billing-1", "billing-dead", "billing-nightly", "billing.mark-flow", "topic=billing.*"}
 
 	// Every page and action, at billing's things. What a request names
 	// itself (an id, a topic) may come back in an error; nothing else of
@@ -181,6 +186,8 @@ func TestConsoleScopes(t *testing.T) {
 		"GET /flows":                 {{"/flows", nil, nil}},
 		"POST /flows":                {{"/flows", url.Values{"action": {"pause"}, "topic": {"billing.mark-flow"}, "confirm": {"yes"}}, []string{"billing.mark-flow"}}, {"/flows", url.Values{"action": {"limit"}, "topic": {"billing.mark-flow"}, "rate": {"1"}}, []string{"billing.mark-flow"}}},
 		"GET /far":                   {{"/far", nil, nil}},
+		"GET /quotas":                {{"/quotas", nil, nil}},
+		"POST /quotas":               {{"/quotas", url.Values{"action": {"set"}, "scope": {"billing"}, "max_pending": {"1"}}, nil}, {"/quotas", url.Values{"action": {"delete"}, "scope": {"billing"}}, nil}, {"/quotas", url.Values{"action": {"set"}, "scope": {"search"}, "max_pending": {"99999"}, "rules": {"topic=search.*"}}, nil}},
 		"POST /far":                  {{"/far", url.Values{"action": {"on"}}, nil}},
 		"GET /schedules":             {{"/schedules", nil, nil}, {"/schedules?name=billing-nightly", nil, []string{"billing-nightly"}}},
 		"POST /schedules":            {{"/schedules", url.Values{"action": {"delete"}, "name": {"billing-nightly"}, "confirm": {"yes"}}, []string{"billing-nightly"}}},

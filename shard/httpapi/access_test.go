@@ -175,7 +175,7 @@ func TestScopeMatrix(t *testing.T) {
 	}
 	slices.Sort(routes)
 	var jobs []string
-	leaks := []string{"billing-1", "billing-dead", "billing-nightly", "billing.x", "billing-2", "billing-3", "billing-4"}
+	leaks := []string{"billing-1", "billing-dead", "billing-nightly", "billing.x", "billing-2", "billing-3", "billing-4", "topic=billing.*"}
 	for _, route := range routes {
 		reqs, ok := requests[route]
 		if !ok {
