@@ -1,6 +1,7 @@
 package shard_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
@@ -19,13 +22,14 @@ type switching struct{ m atomic.Int64 }
 
 func (s *switching) ShardCount() (int, error) { return int(s.m.Load()), nil }
 
-// held counts the messages of namespace b's shards below m: scheduled,
-// in flight and dead (every msg hash field).
-func held(t *testing.T, b *bundle, m int, prefix string) int {
+// held counts the messages of namespace ns's shards below m whose id
+// starts with prefix: scheduled, in flight and dead (every msg hash
+// field).
+func held(t *testing.T, rdb redis.UniversalClient, ns string, m int, prefix string) int {
 	t.Helper()
 	n := 0
 	for i := range m {
-		ids, err := b.rdb.HKeys(b.ctx, shard.ShardKeys(b.store.Namespace(), i).Msg).Result()
+		ids, err := rdb.HKeys(context.Background(), shard.ShardKeys(ns, i).Msg).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,9 +42,9 @@ func held(t *testing.T, b *bundle, m int, prefix string) int {
 	return n
 }
 
-func quotaOf(t *testing.T, b *bundle, name string) shard.QuotaUsage {
+func quotaOf(t *testing.T, st *shard.Store, name string) shard.QuotaUsage {
 	t.Helper()
-	qs, err := b.store.Quotas(b.ctx)
+	qs, err := st.Quotas(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +63,30 @@ func quotaOf(t *testing.T, b *bundle, name string) shard.QuotaUsage {
 // with the quota named, and another team's enqueues all succeed.
 func TestQuotaExactUnderConcurrency(t *testing.T) {
 	b := setup(t, 8)
-	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 10000}); err != nil {
+	quotaRace(t, b.store, b.rdb)
+}
+
+// TestQuotaOnCluster is TestQuotaExactUnderConcurrency on a real 3-master
+// Redis Cluster, where the count (the namespace's slot) and the messages
+// (the shards' slots) are on different masters: with no producer killed
+// it is exact there too.
+func TestQuotaOnCluster(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	rdb := c.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := shard.NewStore(rdb, "quotacluster")
+	must(t, err)
+	quotaRace(t, st, rdb)
+}
+
+// quotaRace is the race of TestQuotaExactUnderConcurrency on st.
+func quotaRace(t *testing.T, st *shard.Store, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 10000}); err != nil {
 		t.Fatal(err)
 	}
 	var m switching
@@ -69,7 +96,7 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
 	for p := range producers {
-		prod := shard.NewProducer(b.store, &m, shard.ProducerOptions{})
+		prod := shard.NewProducer(st, &m, shard.ProducerOptions{})
 		wg.Go(func() {
 			for k := 0; k < each; {
 				if p == 0 && k == each/3 {
@@ -89,10 +116,10 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 				var results []error
 				switch {
 				case n == 1:
-					_, err := prod.Enqueue(b.ctx, msgs[0])
+					_, err := prod.Enqueue(ctx, msgs[0])
 					results = append(results, err)
 				case p%3 == 0:
-					rs, err := prod.UpsertBatch(b.ctx, msgs)
+					rs, err := prod.UpsertBatch(ctx, msgs)
 					if err != nil && !errors.Is(err, shard.ErrQuota) {
 						errs <- err
 						return
@@ -101,7 +128,7 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 						results = append(results, r.Err)
 					}
 				default:
-					rs, err := prod.EnqueueBatch(b.ctx, msgs)
+					rs, err := prod.EnqueueBatch(ctx, msgs)
 					if err != nil && !errors.Is(err, shard.ErrQuota) {
 						errs <- err
 						return
@@ -123,7 +150,7 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 					}
 				}
 				// another team, no quota: never refused
-				if _, err := prod.Enqueue(b.ctx, shard.Message{ID: fmt.Sprintf("s-%d-%d", p, k), Topic: "search.index", Body: []byte("y"), Delay: time.Hour}); err != nil {
+				if _, err := prod.Enqueue(ctx, shard.Message{ID: fmt.Sprintf("s-%d-%d", p, k), Topic: "search.index", Body: []byte("y"), Delay: time.Hour}); err != nil {
 					errs <- fmt.Errorf("another team's enqueue: %w", err)
 					return
 				}
@@ -139,10 +166,10 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 	if stored.Load() != 10000 || refused.Load() != 10000 {
 		t.Fatalf("stored %d and refused %d of 20,000; want 10,000 each", stored.Load(), refused.Load())
 	}
-	if got := held(t, b, 16, "b-"); got != 10000 {
+	if got := held(t, rdb, st.Namespace(), 16, "b-"); got != 10000 {
 		t.Fatalf("Redis holds %d billing messages, want 10,000", got)
 	}
-	if q := quotaOf(t, b, "billing"); q.Count != 10000 || q.Refused != 10000 {
+	if q := quotaOf(t, st, "billing"); q.Count != 10000 || q.Refused != 10000 {
 		t.Fatalf("quota counts %d held and %d refused, want 10,000 each", q.Count, q.Refused)
 	}
 	if other.Load() == 0 {
@@ -210,7 +237,7 @@ func TestQuotaCountsOutRemovals(t *testing.T) {
 	if err != nil || !r.Ran || r.Swept != 30 {
 		t.Fatalf("maintenance: %+v, %v; want 30 swept", r, err)
 	}
-	if q := quotaOf(t, b, "billing"); q.Count != 70 {
+	if q := quotaOf(t, b.store, "billing"); q.Count != 70 {
 		t.Fatalf("count %d after 30 removals, want 70", q.Count)
 	}
 	for k := range 30 {
@@ -237,7 +264,7 @@ func TestQuotaCountsOutRemovals(t *testing.T) {
 	if _, err := b.store.MaintainQuotas(b.ctx, 4, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if q := quotaOf(t, b, "billing"); q.Count != 0 {
+	if q := quotaOf(t, b.store, "billing"); q.Count != 0 {
 		t.Fatalf("a new quota counts %d after removals of the old one's messages, want 0", q.Count)
 	}
 }
@@ -355,7 +382,7 @@ func TestQuotaCountsFarMessages(t *testing.T) {
 	if err != nil || r.Swept != 5 {
 		t.Fatalf("maintenance: %+v, %v; want the 5 cancelled swept, the far ones kept", r, err)
 	}
-	if q := quotaOf(t, b, "trial"); q.Count != 35 {
+	if q := quotaOf(t, b.store, "trial"); q.Count != 35 {
 		t.Fatalf("count %d, want 35", q.Count)
 	}
 }
