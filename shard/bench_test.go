@@ -234,15 +234,30 @@ func BenchmarkEnqueue(b *testing.B) {
 	// varied delays a day out are (the worst case: a bucket's writes are
 	// shared by fewer messages); false: all in one bucket, as messages
 	// with one delay are.
+	// quota=true: the messages are a scope's with a quota (one too large
+	// to refuse), in a namespace of their own: a reservation and a settle
+	// a batch, and the tags (quota.go).
 	for _, c := range []struct {
-		n           int
-		far, spread bool
-	}{{64, false, false}, {64, true, false}, {500, false, false}, {500, true, false}, {500, true, true}} {
+		n                  int
+		far, spread, quota bool
+	}{{64, false, false, false}, {64, true, false, false}, {500, false, false, false}, {500, true, false, false}, {500, true, true, false},
+		{64, false, false, true}, {500, false, false, true}} {
 		n, prod, delay := c.n, prod, time.Hour
 		if c.far {
 			prod, delay = shard.NewProducer(farStore(b, rdb, fmt.Sprintf("-far%d-%v", n, c.spread)), fixed(16), shard.ProducerOptions{}), 24*time.Hour
 		}
-		b.Run(fmt.Sprintf("batch=%d/far=%v/spread=%v", n, c.far, c.spread), func(b *testing.B) {
+		name := fmt.Sprintf("batch=%d/far=%v/spread=%v", n, c.far, c.spread)
+		if c.quota {
+			qs, err := shard.NewStore(rdb, shardtest.Namespace(b)+fmt.Sprintf("-quota%d", n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := qs.SetQuota(ctx, shard.Quota{Scope: "team", Rules: "topic=t", MaxPending: 1 << 40}); err != nil {
+				b.Fatal(err)
+			}
+			prod, name = shard.NewProducer(qs, fixed(16), shard.ProducerOptions{}), fmt.Sprintf("batch=%d/quota", n)
+		}
+		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			msgs := make([]shard.Message, n)
 			cpu0 := redisCPU(b, rdb)

@@ -205,11 +205,15 @@ for j = 1, #out / 2 do
   local st = out[2 * j - 1]
   if st == 1 or st == 2 then
     local id = ARGV[q_first + q_stride * (j - 1)]
-    local old = redis.call('HGET', q_of, id)
-    if old ~= q_tag then
-      if old then redis.call('HINCRBY', q_out, old, 1) end
-      redis.call('HSET', q_of, id, q_tag)
+    if redis.call('HSETNX', q_of, id, q_tag) == 1 then
       stored = stored + 1
+    else
+      local old = redis.call('HGET', q_of, id)
+      if old ~= q_tag then
+        redis.call('HINCRBY', q_out, old, 1)
+        redis.call('HSET', q_of, id, q_tag)
+        stored = stored + 1
+      end
     end
   end
 end
