@@ -422,6 +422,20 @@
 // meanwhile wait behind: cmd/delayq-bench/README.md, "Memory"); a listing
 // that does not read a far bucket whole for each page that reaches it.
 //
+// # Quotas
+//
+// A scope (package scope: a team's topics and id prefixes) may have a
+// quota: the most messages it holds and enqueues a second, kept in Redis
+// beside the flow limits. Its count lives in the namespace's slot and its
+// messages in the shards', so no one script checks both: an enqueue
+// reserves room first, stores with the enqueue scripts' quota'd variants
+// (which tag each message with its scope in the shard), and settles what
+// it did not store; removals are counted out by a leaderless sweep of the
+// tags, with no change to the hot path. The count is never below what
+// the scope holds; a killed producer's reservation holds at most a batch
+// of the quota for at most 16 s. quota.go has the keys, the steps and
+// the bounds; quotascripts.go the scripts.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and
