@@ -44,7 +44,7 @@ func (s *Store) MaintainQuotas(ctx context.Context, shards int, interval time.Du
 	if err != nil {
 		return round, err
 	}
-	if round.Swept, err = s.sweepQuotaTags(ctx, shards); err != nil {
+	if round.Swept, err = s.sweepQuotaTags(ctx, shards, quotaSweepPasses*interval); err != nil {
 		return round, err
 	}
 	if round.Applied, err = s.applyQuotaOut(ctx, shards, qs); err != nil {
@@ -64,19 +64,30 @@ func wrapQuotaErr(what string, err error) error {
 }
 
 // sweepQuotaTags goes on with each shard's sweep of its scopeof tags
-// where the last round left it (quotacursor), a page a shard a pass, for
-// passes while quotaSweepBudget lasts or until every shard is through.
-func (s *Store) sweepQuotaTags(ctx context.Context, shards int) (int, error) {
+// where the last round left it (quotacursor: "<i>" the shard's cursor,
+// "<i>:at" when its next pass may start, unix ms), a page a shard at a
+// time, while quotaSweepBudget lasts or until every shard is through. A
+// shard through its tags starts again once every from its last start.
+func (s *Store) sweepQuotaTags(ctx context.Context, shards int, every time.Duration) (int, error) {
 	fs, farOn, err := s.farSettings(ctx)
 	if err != nil {
 		return 0, wrapQuotaErr("read the far settings", err)
 	}
 	start, gone := time.Now(), 0
 	done := make([]bool, shards)
-	for pass := 0; time.Since(start) < quotaSweepBudget; pass++ {
-		cursors, err := s.rdb.HGetAll(ctx, quotaCursorKey(s.ns)).Result()
-		if err != nil {
-			return gone, wrapQuotaErr("read the sweep cursors", err)
+	cursors, err := s.rdb.HGetAll(ctx, quotaCursorKey(s.ns)).Result()
+	if err != nil {
+		return gone, wrapQuotaErr("read the sweep cursors", err)
+	}
+	for i := range shards {
+		at, _ := strconv.ParseInt(cursors[strconv.Itoa(i)+":at"], 10, 64)
+		done[i] = at > start.UnixMilli()
+	}
+	for pass := 0; containsFalse(done) && time.Since(start) < quotaSweepBudget; pass++ {
+		if pass > 0 {
+			if cursors, err = s.rdb.HGetAll(ctx, quotaCursorKey(s.ns)).Result(); err != nil {
+				return gone, wrapQuotaErr("read the sweep cursors", err)
+			}
 		}
 		scans := make([]*redis.ScanCmd, shards)
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -101,6 +112,7 @@ func (s *Store) sweepQuotaTags(ctx context.Context, shards int) (int, error) {
 			next[strconv.Itoa(i)] = cur
 			if cur == 0 {
 				done[i] = true
+				next[strconv.Itoa(i)+":at"] = start.Add(every).UnixMilli()
 			}
 			if len(kv) == 0 {
 				continue
@@ -133,9 +145,6 @@ func (s *Store) sweepQuotaTags(ctx context.Context, shards int) (int, error) {
 			if err := s.rdb.HSet(ctx, quotaCursorKey(s.ns), next).Err(); err != nil {
 				return gone, wrapQuotaErr("save the sweep cursors", err)
 			}
-		}
-		if !containsFalse(done) {
-			break
 		}
 	}
 	return gone, nil

@@ -377,8 +377,8 @@ return out
 // every shard of a flush in one call; Redis Cluster, where a script's keys
 // must share a slot, one call per shard).
 //
-//	KEYS: for each shard, 4 keys: msg HASH, inflight ZSET, attempts HASH,
-//	counters HASH
+//	KEYS: for each shard, 6 keys: msg HASH, inflight ZSET, attempts HASH,
+//	counters HASH, scopeof HASH, quotaout HASH (quota.go)
 //	ARGV[1] k, then k pairs: a lateness class (the upper bound in ms of a
 //	lateness bucket, LatenessClasses) and how many publishes fell in it
 //	(AckShards sends those of its whole round trip with its first call;
@@ -402,13 +402,17 @@ return out
 // acked count goes to its counters.published, and each class's count to
 // counters.late:<class>, one HINCRBY each (the classes come summed per
 // round trip, so a message costs next to nothing more; a lease lost
-// meanwhile still counts there, and its redelivery again).
+// meanwhile still counts there, and its redelivery again). An acked
+// message tagged with a quota's scope (scopeof: a namespace with quotas)
+// is counted out of it in quotaout, and its tag deleted, in the same call:
+// deliveries leave a quota at once, without waiting for the sweep; a
+// shard without tags pays one EXISTS.
 // Returns {ids acked, ids gone}. Complexity: O(n log N) for n ids.
 var ackScript = redis.NewScript(`
 local k = tonumber(ARGV[1])
 local a = 2 + 2 * k
 local total, gone = 0, 0
-for j = 1, #KEYS, 4 do
+for j = 1, #KEYS, 6 do
   local n = tonumber(ARGV[a])
   local ids = {}
   for i = 1, n do ids[i] = ARGV[a + 2 * i - 1] end
@@ -428,6 +432,16 @@ for j = 1, #KEYS, 4 do
     redis.call('HDEL', KEYS[j + 2], unpack(acked))
     redis.call('HINCRBY', KEYS[j + 3], 'published', m)
     total = total + m
+    if redis.call('EXISTS', KEYS[j + 4]) == 1 then
+      local tags, untag = redis.call('HMGET', KEYS[j + 4], unpack(acked)), {}
+      for i = 1, #acked do
+        if tags[i] then
+          untag[#untag + 1] = acked[i]
+          redis.call('HINCRBY', KEYS[j + 5], tags[i], 1)
+        end
+      end
+      if #untag > 0 then redis.call('HDEL', KEYS[j + 4], unpack(untag)) end
+    end
   end
   a = a + 1 + 2 * n
 end

@@ -387,7 +387,8 @@ func (s *Store) ackShards(ctx context.Context, leases map[int][]Confirmed) (int,
 			if n > 0 && (perShard || n+m > maxAckCall) {
 				end()
 			}
-			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters)
+			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters,
+				quotaShardKey(s.ns, i, "scopeof"), quotaShardKey(s.ns, i, "quotaout"))
 			parts = append(parts, part{i, ls[:m]})
 			args = append(args, m)
 			for _, l := range ls[:m] {
