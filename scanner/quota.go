@@ -54,6 +54,7 @@ func (s *Scanner) maintainQuotas(life, workCtx context.Context) {
 //	delayq_quota_max_pending{scope}     the most it may hold; 0: no limit
 //	delayq_quota_max_rate{scope}        the most it may enqueue a second; 0: no limit
 //	delayq_quota_refused_total{scope}   messages the quota refused
+//	delayq_quota_enqueued_total{scope}  messages stored under the quota
 //	delayq_quota_up                     1 if the last read succeeded
 //
 // Like the shard gauges, every pod exports the same values: aggregate
@@ -62,7 +63,7 @@ type QuotaCollector struct {
 	store   *shard.Store
 	timeout time.Duration
 
-	pending, maxPending, maxRate, refused, up *prometheus.Desc
+	pending, maxPending, maxRate, refused, enqueued, up *prometheus.Desc
 }
 
 // NewQuotaCollector returns a collector of the quotas of store's
@@ -80,13 +81,14 @@ func NewQuotaCollector(store *shard.Store, _ balance.Source) *QuotaCollector {
 		maxPending: d("max_pending", "The most messages the scope may hold; 0: no limit.", "scope"),
 		maxRate:    d("max_rate", "The most messages the scope may enqueue a second; 0: no limit.", "scope"),
 		refused:    d("refused_total", "Messages the scope's quota refused since it was set.", "scope"),
+		enqueued:   d("enqueued_total", "Messages stored under the scope's quota since it was set.", "scope"),
 		up:         d("up", "1 if the last read of the quotas from Redis succeeded."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *QuotaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.maxPending, c.maxRate, c.refused, c.up} {
+	for _, d := range []*prometheus.Desc{c.pending, c.maxPending, c.maxRate, c.refused, c.enqueued, c.up} {
 		ch <- d
 	}
 }
@@ -109,5 +111,6 @@ func (c *QuotaCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.maxPending, float64(q.MaxPending), q.Scope)
 		gauge(c.maxRate, float64(q.MaxRate), q.Scope)
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(q.Refused), q.Scope)
+		ch <- prometheus.MustNewConstMetric(c.enqueued, prometheus.CounterValue, float64(q.Enqueued), q.Scope)
 	}
 }

@@ -156,6 +156,9 @@ type QuotaUsage struct {
 	Count int64 `json:"count"`
 	// Refused is the messages refused by the quota since it was set.
 	Refused int64 `json:"refused"`
+	// Enqueued is the messages stored under the quota since it was set
+	// (counted when their reservation is settled).
+	Enqueued int64 `json:"enqueued"`
 }
 
 // Quota keys (see the design above).
@@ -193,16 +196,15 @@ const (
 
 // SetQuota creates or changes scope q.Scope's quota. The scope's rules
 // may not overlap another quota'd scope's (a message counts in at most
-// one). A negative limit, or a quota with no limit, is refused naming
-// the field.
+// one). A negative limit is refused naming the field. A quota whose
+// limits are both 0 limits nothing and counts: the scope's messages held,
+// enqueued and refused, for its metrics.
 func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 	switch {
 	case q.MaxPending < 0:
 		return invalid("max_pending", "quota %q: max_pending %d is below zero", q.Scope, q.MaxPending)
 	case q.MaxRate < 0:
 		return invalid("max_rate", "quota %q: max_rate %d is below zero", q.Scope, q.MaxRate)
-	case q.MaxPending == 0 && q.MaxRate == 0:
-		return invalid("max_pending", "quota %q: neither max_pending nor max_rate is set (delete the quota instead)", q.Scope)
 	}
 	sc, err := parseQuotaScope(q.Scope, q.Rules)
 	if err != nil {
@@ -279,7 +281,7 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 	}
 	fields := make([]string, 0, 2*len(qs))
 	for _, q := range qs {
-		fields = append(fields, "count:"+q.Scope, "refused:"+q.Scope)
+		fields = append(fields, "count:"+q.Scope, "refused:"+q.Scope, "enqueued:"+q.Scope)
 	}
 	v, err := s.rdb.HMGet(ctx, quotaKey(s.ns), fields...).Result()
 	if err != nil {
@@ -288,8 +290,9 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 	out := make([]QuotaUsage, len(qs))
 	for j, q := range qs {
 		out[j].Quota = q
-		out[j].Count, _ = strconv.ParseInt(fmt.Sprint(v[2*j]), 10, 64)
-		out[j].Refused, _ = strconv.ParseInt(fmt.Sprint(v[2*j+1]), 10, 64)
+		out[j].Count, _ = strconv.ParseInt(fmt.Sprint(v[3*j]), 10, 64)
+		out[j].Refused, _ = strconv.ParseInt(fmt.Sprint(v[3*j+1]), 10, 64)
+		out[j].Enqueued, _ = strconv.ParseInt(fmt.Sprint(v[3*j+2]), 10, 64)
 	}
 	return out, nil
 }

@@ -117,17 +117,15 @@ func (s *Store) sweepQuotaTags(ctx context.Context, shards int, every time.Durat
 			if len(kv) == 0 {
 				continue
 			}
-			keys := []string{ShardKeys(s.ns, i).Msg, quotaShardKey(s.ns, i, "scopeof"), quotaShardKey(s.ns, i, "quotaout"), ""}
+			keys := []string{ShardKeys(s.ns, i).Msg, quotaShardKey(s.ns, i, "scopeof"), quotaShardKey(s.ns, i, "quotaout")}
 			args := []any{len(kv) / 2}
 			if farOn {
-				keys[3] = farKeysOf(s.ns, i).dir()
+				keys = append(keys, farKeysOf(s.ns, i).dir())
 			}
 			for j := 0; j+1 < len(kv); j += 2 {
-				idx := ""
 				if farOn {
-					idx = farKeysOf(s.ns, i).index(kv[j], fs.IndexSlots)
+					keys = append(keys, farKeysOf(s.ns, i).index(kv[j], fs.IndexSlots))
 				}
-				keys = append(keys, idx)
 				args = append(args, kv[j], kv[j+1])
 			}
 			calls = append(calls, call{quotaSweepScript, keys, args})

@@ -22,7 +22,7 @@ import "github.com/redis/go-redis/v9"
 var quotaSetScript = redis.NewScript(`
 local s = ARGV[1]
 if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'gen:' .. s, 'max:' .. s, 'rate:' .. s, 'count:' .. s, 'win:' .. s)
+  redis.call('HDEL', KEYS[1], 'gen:' .. s, 'max:' .. s, 'rate:' .. s, 'count:' .. s, 'win:' .. s, 'refused:' .. s, 'enqueued:' .. s)
   redis.call('HDEL', KEYS[2], s)
   redis.call('DEL', KEYS[3])
   return 0
@@ -89,7 +89,8 @@ return {grant, why, count, limit, retry, deadline}
 //	ARGV[4] granted   ARGV[5] stored
 //
 // Only the first settle of a reservation counts (the member is removed),
-// and only while the generation is the scope's. Returns 1 settled now, 0
+// and only while the generation is the scope's; what was stored counts in
+// enqueued:<scope> (the metrics' enqueue rate). Returns 1 settled now, 0
 // settled before.
 // Complexity: O(log R).
 var quotaSettleScript = redis.NewScript(`
@@ -97,6 +98,7 @@ if redis.call('ZREM', KEYS[2], ARGV[3]) == 0 then return 0 end
 if redis.call('HGET', KEYS[1], 'gen:' .. ARGV[1]) == ARGV[2] then
   local back = tonumber(ARGV[4]) - tonumber(ARGV[5])
   if back ~= 0 then redis.call('HINCRBY', KEYS[1], 'count:' .. ARGV[1], -back) end
+  if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[1], 'enqueued:' .. ARGV[1], ARGV[5]) end
 end
 return 1
 `)
@@ -131,7 +133,7 @@ return tonumber(redis.call('HGET', KEYS[1], 'count:' .. s)) or 0
 // (every way a message leaves, without a hook in each).
 //
 //	KEYS[1] msg HASH   KEYS[2] scopeof HASH   KEYS[3] quotaout HASH
-//	KEYS[4] fardir ZSET (or '' with the far tier off)   KEYS[4+j] fidx:<h> of id j (or '')
+//	with the far tier on: KEYS[4] fardir ZSET, KEYS[4+j] fidx:<h> of id j
 //	ARGV[1] n   then for j = 1..n: ARGV[2j] id, ARGV[2j+1] the tag read
 //
 // A tag still the one read, whose id is neither in the msg HASH (due, in
@@ -143,7 +145,7 @@ local gone = 0
 for j = 1, tonumber(ARGV[1]) do
   local id, tag = ARGV[2 * j], ARGV[2 * j + 1]
   if redis.call('HGET', KEYS[2], id) == tag and redis.call('HEXISTS', KEYS[1], id) == 0
-      and not (KEYS[4] ~= '' and far_live(KEYS[4 + j], KEYS[4], id)) then
+      and not (KEYS[4] and far_live(KEYS[4 + j], KEYS[4], id)) then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HINCRBY', KEYS[3], tag, 1)
     gone = gone + 1

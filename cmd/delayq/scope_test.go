@@ -107,7 +107,7 @@ func TestScopesFileRefusedNamingTheLine(t *testing.T) {
 
 // TestConsoleScopedInABrowser: in Chromium, a token limited to the search
 // team's scope signs in to the console and sees its team's messages,
-// flows and schedules, and none of billing's, on every page.
+// flows, schedules and quota, and none of billing's, on every page.
 func TestConsoleScopedInABrowser(t *testing.T) {
 	w := newWorld(t, 4)
 	ctx := browser(t)
@@ -118,6 +118,8 @@ func TestConsoleScopedInABrowser(t *testing.T) {
 		{"flow", "limit", "search.q", "20"},
 		{"schedule", "set", "billing-nightly", "30 2 * * *", "--topic", "billing.refund"},
 		{"schedule", "set", "search-hourly", "@hourly", "--topic", "search.q"},
+		{"quota", "set", "billing", "--pending", "100", "--rules", "topic=billing.* ids=billing-"},
+		{"quota", "set", "search", "--pending", "200", "--rules", "topic=search.* ids=search-"},
 	} {
 		if _, e, code := w.delayq("", args...); code != 0 {
 			t.Fatalf("%v: %s", args, e)
@@ -140,6 +142,7 @@ func TestConsoleScopedInABrowser(t *testing.T) {
 		{"/scheduled", "scheduled", "search-1"},
 		{"/flows", "flows", "search.q"},
 		{"/schedules", "schedules", "search-hourly"},
+		{"/quotas", "quotas", "search.*"},
 	} {
 		must(t, chromedp.Do(ctx, chromedp.Navigate(base+page.path), chromedp.WaitVisible(chromedp.ID(page.table))))
 		shown, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("main")))

@@ -45,7 +45,7 @@ func TestQuotaOverHTTP(t *testing.T) {
 	}
 	for _, c := range []struct{ path, body, field string }{
 		{"/v1/quotas/search", `{"max_pending":-1}`, "max_pending"},
-		{"/v1/quotas/search", `{"max_pending":0,"max_rate":0}`, "max_pending"},
+		{"/v1/quotas/search", `{"max_rate":-2}`, "max_rate"},
 		{"/v1/quotas/nosuch", `{"max_pending":10}`, "scope"},
 		{"/v1/quotas/mail", `{"max_pending":10,"rules":"topic=search.q"}`, "rules"},
 	} {
