@@ -320,6 +320,25 @@ type quotaCache struct {
 	at   time.Time
 	set  *scope.Set
 	defs map[string]*Quota
+	// exists: whether the namespace has the quota HASH, as of existsAt
+	// (the acks' choice of script)
+	exists   bool
+	existsAt time.Time
+}
+
+// quotasExist reports whether a quota was ever set in the namespace
+// (the quota HASH exists), read again when quotaCacheTTL old; on an
+// error it says yes (the ack's hook costs a little, and is right either
+// way).
+func (s *Store) quotasExist(ctx context.Context) bool {
+	c := s.quotas
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.existsAt.IsZero() || time.Since(c.existsAt) >= quotaCacheTTL {
+		n, err := s.rdb.Exists(ctx, quotaKey(s.ns)).Result()
+		c.exists, c.existsAt = err != nil || n > 0, time.Now()
+	}
+	return c.exists
 }
 
 func (c *quotaCache) forget() {

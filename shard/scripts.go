@@ -1,6 +1,10 @@
 package shard
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every script below touches the keys of one shard only (one hash tag, so one
 // Redis Cluster slot), takes every key through KEYS, reads "now" from Redis
@@ -377,8 +381,8 @@ return out
 // every shard of a flush in one call; Redis Cluster, where a script's keys
 // must share a slot, one call per shard).
 //
-//	KEYS: for each shard, 6 keys: msg HASH, inflight ZSET, attempts HASH,
-//	counters HASH, scopeof HASH, quotaout HASH (quota.go)
+//	KEYS: for each shard, 4 keys: msg HASH, inflight ZSET, attempts HASH,
+//	counters HASH (ackQuotaScript: and scopeof HASH, quotaout HASH)
 //	ARGV[1] k, then k pairs: a lateness class (the upper bound in ms of a
 //	lateness bucket, LatenessClasses) and how many publishes fell in it
 //	(AckShards sends those of its whole round trip with its first call;
@@ -402,17 +406,23 @@ return out
 // acked count goes to its counters.published, and each class's count to
 // counters.late:<class>, one HINCRBY each (the classes come summed per
 // round trip, so a message costs next to nothing more; a lease lost
-// meanwhile still counts there, and its redelivery again). An acked
-// message tagged with a quota's scope (scopeof: a namespace with quotas)
-// is counted out of it in quotaout, and its tag deleted, in the same call:
-// deliveries leave a quota at once, without waiting for the sweep; a
-// shard without tags pays one EXISTS.
+// meanwhile still counts there, and its redelivery again). With
+// ackQuotaScript (a namespace with quotas), an acked message tagged with
+// a quota's scope (scopeof) is counted out of it in quotaout, and its tag
+// deleted, in the same call: deliveries leave a quota at once, without
+// waiting for the sweep; a shard without tags pays one EXISTS.
 // Returns {ids acked, ids gone}. Complexity: O(n log N) for n ids.
-var ackScript = redis.NewScript(`
+var ackScript = redis.NewScript(strings.NewReplacer("$STRIDE", "4", "$HOOK", "").Replace(ackSource))
+
+// ackQuotaScript is ackScript for a namespace with quotas (quota.go): six
+// keys a shard, and the hook that counts acked tagged messages out.
+var ackQuotaScript = redis.NewScript(strings.NewReplacer("$STRIDE", "6", "$HOOK", ackQuotaHook).Replace(ackSource))
+
+const ackSource = `
 local k = tonumber(ARGV[1])
 local a = 2 + 2 * k
 local total, gone = 0, 0
-for j = 1, #KEYS, 6 do
+for j = 1, #KEYS, $STRIDE do
   local n = tonumber(ARGV[a])
   local ids = {}
   for i = 1, n do ids[i] = ARGV[a + 2 * i - 1] end
@@ -432,7 +442,14 @@ for j = 1, #KEYS, 6 do
     redis.call('HDEL', KEYS[j + 2], unpack(acked))
     redis.call('HINCRBY', KEYS[j + 3], 'published', m)
     total = total + m
-    if redis.call('EXISTS', KEYS[j + 4]) == 1 then
+$HOOK  end
+  a = a + 1 + 2 * n
+end
+for c = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * c], ARGV[3 + 2 * c]) end
+return {total, gone}
+`
+
+const ackQuotaHook = `    if redis.call('EXISTS', KEYS[j + 4]) == 1 then
       local tags, untag = redis.call('HMGET', KEYS[j + 4], unpack(acked)), {}
       for i = 1, #acked do
         if tags[i] then
@@ -442,12 +459,7 @@ for j = 1, #KEYS, 6 do
       end
       if #untag > 0 then redis.call('HDEL', KEYS[j + 4], unpack(untag)) end
     end
-  end
-  a = a + 1 + 2 * n
-end
-for c = 0, k - 1 do redis.call('HINCRBY', KEYS[4], 'late:' .. ARGV[2 + 2 * c], ARGV[3 + 2 * c]) end
-return {total, gone}
-`)
+`
 
 // releaseScript gives a lease back early, after a publish failed: due
 // again after a delay, or, when the broker refused it too often, dead.

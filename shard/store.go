@@ -369,9 +369,16 @@ func (s *Store) ackShards(ctx context.Context, leases map[int][]Confirmed) (int,
 	var args []any
 	var parts []part
 	n := 0
+	// With quotas, the ack counts acked messages out of them (quota.go);
+	// a quota set in the last second may miss the hook: the sweep then
+	// counts those out.
+	script, quotas := ackScript, s.quotasExist(ctx)
+	if quotas {
+		script = ackQuotaScript
+	}
 	end := func() {
 		if len(keys) > 0 {
-			calls = append(calls, call{ackScript, keys, args})
+			calls = append(calls, call{script, keys, args})
 			batches = append(batches, parts)
 		}
 		keys, args, parts, n = nil, []any{0}, nil, 0
@@ -387,8 +394,10 @@ func (s *Store) ackShards(ctx context.Context, leases map[int][]Confirmed) (int,
 			if n > 0 && (perShard || n+m > maxAckCall) {
 				end()
 			}
-			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters,
-				quotaShardKey(s.ns, i, "scopeof"), quotaShardKey(s.ns, i, "quotaout"))
+			keys = append(keys, ks.Msg, ks.Inflight, ks.Attempts, ks.Counters)
+			if quotas {
+				keys = append(keys, quotaShardKey(s.ns, i, "scopeof"), quotaShardKey(s.ns, i, "quotaout"))
+			}
 			parts = append(parts, part{i, ls[:m]})
 			args = append(args, m)
 			for _, l := range ls[:m] {
