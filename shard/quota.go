@@ -73,8 +73,10 @@ import (
 // and the count keeps what it applied per shard, so a round run twice or
 // cut short applies each removal once). One hook in the ack and a sweep
 // instead of a hook in each of the dozen scripts a message can leave by:
-// the claim is unchanged, the ack pays one EXISTS a shard in a namespace
-// without quotas. The price is lag for the rarer ways out: a cancel
+// the claim is unchanged, and so is the ack in a namespace without quotas
+// (the store looks once a second whether one exists, and only then sends
+// ackQuotaScript, which pays one EXISTS a shard for a shard without
+// tags). The price is lag for the rarer ways out: a cancel
 // frees its room at the shard's next pass: within 30 s and a pass. The
 // sweep looks at about 14,000 tags a round, 2.9 µs of Redis each (go
 // test -run XXX -bench BenchmarkQuotaSweep ./shard/, two shared cores):
