@@ -148,6 +148,9 @@ type Quota struct {
 	MaxPending int64  `json:"max_pending"` // most messages held; 0 = no limit
 	MaxRate    int64  `json:"max_rate"`    // most enqueued a second; 0 = no limit
 	Gen        int64  `json:"gen"`         // set by Redis: a new quota has a new generation
+	// Source is who set it last: "file" (the scopes file, at a process's
+	// start: ApplyScopeQuotas), or the audit log's via and who.
+	Source string `json:"source,omitempty"`
 }
 
 // QuotaUsage is a quota with what it counts.
@@ -243,6 +246,56 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 		return fmt.Errorf("set quota %q: %w", q.Scope, err)
 	}
 	s.quotas.forget()
+	return nil
+}
+
+// QuotaFromFile is Quota.Source of a quota the scopes file gave.
+const QuotaFromFile = "file"
+
+// ApplyScopeQuotas writes the quotas the scopes file gives (scope.Scope's
+// Quota) to Redis: a scope's quota is set when it has none, or when the
+// one it has came from the file; one the file no longer gives, and that
+// came from it, is deleted. A quota changed at runtime (delayq quota, the
+// API, the console) stays until it is deleted. serve and scan call it at
+// start; every process doing so at once writes the same values.
+// Without a scopes file (set nil) it changes nothing.
+func (s *Store) ApplyScopeQuotas(ctx context.Context, set *scope.Set) error {
+	if set == nil {
+		return nil
+	}
+	have, err := s.Quotas(ctx)
+	if err != nil {
+		return err
+	}
+	stored := map[string]Quota{}
+	for _, q := range have {
+		stored[q.Scope] = q.Quota
+	}
+	var errs []error
+	for _, sc := range set.All() {
+		q, had := stored[sc.Name]
+		delete(stored, sc.Name)
+		if sc.Quota == nil || had && q.Source != QuotaFromFile {
+			if sc.Quota == nil && had && q.Source == QuotaFromFile {
+				errs = append(errs, s.DeleteQuota(ctx, sc.Name))
+			}
+			continue
+		}
+		rules := strings.TrimSpace(strings.TrimPrefix(sc.String(), sc.Name))
+		if had && q.MaxPending == sc.Quota.MaxPending && q.MaxRate == sc.Quota.MaxRate && q.Rules == rules {
+			continue
+		}
+		errs = append(errs, s.SetQuota(ctx, Quota{Scope: sc.Name, Rules: rules, MaxPending: sc.Quota.MaxPending,
+			MaxRate: sc.Quota.MaxRate, Source: QuotaFromFile}))
+	}
+	for name, q := range stored { // scopes the file no longer defines
+		if q.Source == QuotaFromFile {
+			errs = append(errs, s.DeleteQuota(ctx, name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("the scopes file's quotas: %w", err)
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/scope"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -408,5 +409,50 @@ func TestQuotaCountsFarMessages(t *testing.T) {
 	}
 	if q := quotaOf(t, b.store, "trial"); q.Count != 35 {
 		t.Fatalf("count %d, want 35", q.Count)
+	}
+}
+
+// TestQuotasFromTheScopesFile: the scopes file's quotas are written at
+// start, a change made at runtime stays through later starts, and a
+// quota the file no longer gives is deleted only if it came from the
+// file.
+func TestQuotasFromTheScopesFile(t *testing.T) {
+	b := setup(t, 1)
+	apply := func(file string) map[string]shard.QuotaUsage {
+		t.Helper()
+		set, err := scope.ParseSet(strings.NewReader(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.ApplyScopeQuotas(b.ctx, set); err != nil {
+			t.Fatal(err)
+		}
+		qs, err := b.store.Quotas(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]shard.QuotaUsage{}
+		for _, q := range qs {
+			out[q.Scope] = q
+		}
+		return out
+	}
+	qs := apply("billing topic=billing.* ids=billing- pending=100 rate=10\nsearch topic=search.* pending=5\nops topic=ops.*\n")
+	if q := qs["billing"]; len(qs) != 2 || q.MaxPending != 100 || q.MaxRate != 10 || q.Source != shard.QuotaFromFile || q.Rules != "topic=billing.* ids=billing-" {
+		t.Fatalf("quotas from the file: %+v", qs)
+	}
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "search", Rules: "topic=search.*", MaxPending: 50, Source: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	qs = apply("billing topic=billing.* ids=billing- pending=200\nsearch topic=search.* pending=5\n")
+	if qs["billing"].MaxPending != 200 || qs["billing"].MaxRate != 0 || qs["search"].MaxPending != 50 {
+		t.Fatalf("a restart with new file values: %+v; want billing's from the file, search's as changed at runtime", qs)
+	}
+	qs = apply("billing topic=billing.* ids=billing-\nsearch topic=search.*\n")
+	if _, ok := qs["billing"]; ok || qs["search"].MaxPending != 50 {
+		t.Fatalf("the file's quotas removed: %+v; want billing's gone, search's (set at runtime) kept", qs)
+	}
+	if err := b.store.ApplyScopeQuotas(b.ctx, nil); err != nil || len(apply("search topic=search.*\n")) != 1 {
+		t.Fatalf("no scopes file: %v", err)
 	}
 }

@@ -81,7 +81,7 @@ type Config struct {
 	MetricsAddr         string        `envconfig:"METRICS_ADDR" default:"127.0.0.1:9464" desc:"scan: listener for /metrics, /healthz and /readyz; 'off' to disable"`
 	HTTPAddr            string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"serve: listener of the HTTP API (/v1) and the web console (/)"`
 	HTTPTokensFile      string        `envconfig:"HTTP_TOKENS_FILE" desc:"serve: bearer tokens, one 'ROLE TOKEN [NAME [SCOPE]]' a line (ROLE read, produce, operate or admin; NAME for the audit log; SCOPE limits it to one of DELAYQ_SCOPES_FILE); without it serve listens on loopback only"`
-	ScopesFile          string        `envconfig:"SCOPES_FILE" desc:"serve, scan: the teams sharing the namespace, one 'NAME RULE...' a line (RULE topic=PATTERN, exchange=EXCHANGE[/KEY-PATTERN] or ids=PREFIX; see shard/scope)"`
+	ScopesFile          string        `envconfig:"SCOPES_FILE" desc:"serve, scan: the teams sharing the namespace, one 'NAME RULE...' a line (RULE topic=PATTERN, exchange=EXCHANGE[/KEY-PATTERN] or ids=PREFIX, and the team's quota pending=N rate=N; see shard/scope)"`
 	HTTPAllowedHosts    []string      `envconfig:"HTTP_ALLOWED_HOSTS" desc:"serve: host names the API and console answer to besides IP addresses and localhost, comma-separated (a request naming another host is refused: DNS rebinding); * for any"`
 	HTTPSecretFile      string        `envconfig:"HTTP_SECRET_FILE" desc:"serve: a secret (at least 32 bytes) that signs console sessions and forms, the same for every instance; default: derived from the tokens file"`
 	HTTPTLSCert         string        `envconfig:"HTTP_TLS_CERT" desc:"serve: PEM certificate to serve HTTPS with"`

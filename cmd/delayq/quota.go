@@ -119,7 +119,7 @@ func setQuota(ctx context.Context, e *env, st *shard.Store, name string, o *quot
 	if err != nil {
 		return err
 	}
-	q := shard.Quota{Scope: name, Rules: o.rules}
+	q := shard.Quota{Scope: name, Rules: o.rules, Source: "cli"}
 	for _, h := range have {
 		if h.Scope == name {
 			q.MaxPending, q.MaxRate = h.MaxPending, h.MaxRate

@@ -235,6 +235,9 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return startFailed(err)
 	}
+	if err := st.ApplyScopeQuotas(ctx, scopes); err != nil {
+		return startFailed(err)
+	}
 	deps := scanner.Deps{
 		Store: st, Shards: layout, Cursor: balance.NewCursor(rdb, c.Namespace, layout),
 		Routes: routes, Publisher: pub, Log: e.log, Metrics: metrics, Tracer: tr.t, Scopes: scopes,

@@ -74,6 +74,8 @@ func TestScopesFileRefusedNamingTheLine(t *testing.T) {
 			[]string{"DELAYQ_SCOPES_FILE", "scopes line 3", "overlaps scope \"billing\" (line 1)"}},
 		{"serve", []string{"DELAYQ_SCOPES_FILE=" + write("empty", "billing topic=\n")},
 			[]string{"DELAYQ_SCOPES_FILE", "scopes line 1", "empty pattern"}},
+		{"scan", []string{"DELAYQ_SCOPES_FILE=" + write("quota", "search topic=search.*\nbilling topic=billing.* pending=-5\n")},
+			[]string{"DELAYQ_SCOPES_FILE", "scopes line 2", "pending=-5", "a quota is a whole number of messages, 0 or more"}},
 		{"serve", []string{"DELAYQ_SCOPES_FILE=" + good, "DELAYQ_HTTP_TOKENS_FILE=" + write("tokens-scope", "admin "+consoleAdmin+"\nproduce "+billingToken+" api payments\n")},
 			[]string{"DELAYQ_HTTP_TOKENS_FILE", "tokens line 2", "scope \"payments\" is not in the scopes file"}},
 		{"serve", []string{"DELAYQ_HTTP_TOKENS_FILE=" + write("tokens-role", "superuser "+consoleAdmin+"\n")},

@@ -94,6 +94,9 @@ func runServe(ctx context.Context, e *env, args []string) int {
 	prod := shard.NewProducer(st, layout, shard.ProducerOptions{MaxBody: c.MaxBody, MaxPending: c.MaxPending,
 		AllowEviction: c.RedisAllowEviction})
 	scopes, err := c.scopes()
+	if err == nil {
+		err = st.ApplyScopeQuotas(ctx, scopes)
+	}
 	if err != nil {
 		_ = ln.Close()
 		return e.fail("serve", err)

@@ -51,17 +51,17 @@ func (a *API) ReadQuotasFor(ctx context.Context, c scope.Caller) ([]shard.QuotaU
 // (via, who) and returns the quota after. Bad input is a
 // *shard.InvalidError naming the field.
 func (a *API) ChangeQuota(ctx context.Context, via, who, name string, req QuotaRequest) (shard.QuotaUsage, error) {
-	q, err := a.changeQuota(ctx, name, req)
+	q, err := a.changeQuota(ctx, name, req, via+" "+who)
 	Audit(a.o.Log, via, who, "quota set", "scope "+name, err)
 	return q, err
 }
 
-func (a *API) changeQuota(ctx context.Context, name string, req QuotaRequest) (shard.QuotaUsage, error) {
+func (a *API) changeQuota(ctx context.Context, name string, req QuotaRequest, source string) (shard.QuotaUsage, error) {
 	have, err := a.o.Store.Quotas(ctx)
 	if err != nil {
 		return shard.QuotaUsage{}, err
 	}
-	q := shard.Quota{Scope: name, Rules: req.Rules}
+	q := shard.Quota{Scope: name, Rules: req.Rules, Source: source}
 	for _, h := range have {
 		if h.Scope == name {
 			q.MaxPending, q.MaxRate = h.MaxPending, h.MaxRate

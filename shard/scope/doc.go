@@ -14,10 +14,16 @@
 //     exchange, "exchange=/jobs-*").
 //   - ids=PREFIX: and whose id starts so (several: any of them).
 //
+// A line may also give the scope's quota (package shard, quota.go):
+// pending=N, the most messages it may hold, and rate=N, the most it may
+// enqueue a second (a whole number, 0 or more; 0: no limit). serve and
+// scan write it to Redis at start, unless the quota was changed at
+// runtime since (delayq quota, the API, the console): that change stays.
+//
 // The scopes file (DELAYQ_SCOPES_FILE; not secret) holds one a line:
 //
-//	# NAME   RULES
-//	billing  topic=billing.*  topic=invoice.*  ids=billing-
+//	# NAME   RULES                                        QUOTA
+//	billing  topic=billing.*  topic=invoice.*  ids=billing-  pending=1000000 rate=5000
 //	search   exchange=search/*  ids=search-
 //
 // A PATTERN is a name, or a prefix followed by one * ("billing.*",
@@ -35,7 +41,8 @@
 // ids do too (either has none, or a prefix of one begins a prefix of the
 // other). The file is refused at start, naming the line, for an unknown
 // rule, an empty pattern, a * anywhere but last, a name given twice, a
-// scope without rules, or two scopes that overlap (both lines named).
+// scope without rules, a quota that is not a whole number of 0 or more,
+// or two scopes that overlap (both lines named).
 //
 // # Roles
 //

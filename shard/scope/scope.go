@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,10 +67,20 @@ type exchangeRule struct {
 	key      pattern // "*" when the rule names no key
 }
 
+// Quota is a quota a scopes file line gives: the most messages the
+// scope may hold and enqueue a second (0: no limit).
+type Quota struct {
+	MaxPending, MaxRate int64
+}
+
 // Scope is a team's share of a namespace (doc.go).
 type Scope struct {
-	Name      string
-	Line      int // its line in the scopes file
+	Name string
+	Line int // its line in the scopes file
+	// Quota is the scope's quota as the file gives it (pending=N,
+	// rate=N), or nil: shard.Store.ApplyScopeQuotas writes it to Redis,
+	// where a change made at runtime then stays.
+	Quota     *Quota
 	topics    []pattern
 	exchanges []exchangeRule
 	ids       []string
@@ -343,6 +354,20 @@ func parseScope(line string, n int) (*Scope, error) {
 				r.key = p
 			}
 			s.exchanges = append(s.exchanges, r)
+		case "pending", "rate":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("rule %q: a quota is a whole number of messages, 0 or more", rule)
+			}
+			if s.Quota == nil {
+				s.Quota = &Quota{}
+			}
+			if k == "pending" {
+				s.Quota.MaxPending = n
+			} else {
+				s.Quota.MaxRate = n
+			}
+			continue
 		case "ids":
 			if v == "" {
 				return nil, fmt.Errorf("rule %q: empty prefix", rule)
@@ -352,8 +377,11 @@ func parseScope(line string, n int) (*Scope, error) {
 			}
 			s.ids = append(s.ids, v)
 		default:
-			return nil, fmt.Errorf("rule %q: unknown rule %q, want topic, exchange or ids", rule, k)
+			return nil, fmt.Errorf("rule %q: unknown rule %q, want topic, exchange, ids, pending or rate", rule, k)
 		}
+	}
+	if len(s.topics)+len(s.exchanges)+len(s.ids) == 0 {
+		return nil, fmt.Errorf("scope %q has no rules: want topic=PATTERN, exchange=EXCHANGE[/KEY-PATTERN] or ids=PREFIX", s.Name)
 	}
 	return s, nil
 }

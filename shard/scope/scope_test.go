@@ -77,6 +77,9 @@ func TestParseSetRefuses(t *testing.T) {
 		{"a topic=t ids=ab\nb topic=t ids=a\n", "overlaps"},
 		{"a exchange=e\nb exchange=e/k\n", "overlaps"},
 		{"a exchange=e*/k.*\nb exchange=ex/k.1\n", "overlaps"},
+		{"a topic=t pending=-5\n", "line 1: rule \"pending=-5\": a quota is a whole number of messages, 0 or more"},
+		{"a topic=t rate=fast\n", "rule \"rate=fast\": a quota is a whole number"},
+		{"a pending=5\n", "scope \"a\" has no rules"},
 	} {
 		_, err := scope.ParseSet(strings.NewReader(c.file))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -85,6 +88,14 @@ func TestParseSetRefuses(t *testing.T) {
 	}
 	// Not overlapping: disjoint ids, disjoint topics, topic against exchange.
 	parse(t, "a topic=t ids=a-\nb topic=t ids=b-\nc topic=u\nd exchange=u\ne topic=v*\nf topic=w*\n")
+	// A quota on a line; the rules read without it.
+	set := parse(t, "billing topic=billing.* pending=100 rate=0 ids=b-\nsearch topic=search.*\n")
+	if b, _ := set.Get("billing"); b.Quota == nil || b.Quota.MaxPending != 100 || b.Quota.MaxRate != 0 || b.String() != "billing topic=billing.* ids=b-" {
+		t.Errorf("billing's quota %+v, rules %q", b.Quota, b.String())
+	}
+	if s, _ := set.Get("search"); s.Quota != nil {
+		t.Errorf("search has no quota, parsed %+v", s.Quota)
+	}
 }
 
 func TestCaller(t *testing.T) {
