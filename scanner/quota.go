@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
@@ -20,10 +21,46 @@ import (
 // doing the work more than once a second. A namespace where no quota was
 // ever set costs one EXISTS a scanner a second.
 //
-// The goroutine is started and stopped with the claims stage (Stop's
+// A quota set on a scope that holds messages already counts them in by
+// an adoption pass (shard.Store.AdoptQuotas: a bulk walk of the
+// namespace), which a scanner looks for every quotaAdoptEvery and runs
+// under a lease, in its own goroutine: a pass over millions of messages
+// takes minutes, and holds back neither the maintenance nor the claims.
+//
+// The goroutines are started and stopped with the claims stage (Stop's
 // step 1).
 
-const quotaMaintainEvery = time.Second
+const (
+	quotaMaintainEvery = time.Second
+	quotaAdoptEvery    = 5 * time.Second
+)
+
+// adoptQuotas looks for quotas to adopt until life ends. Its Redis calls
+// use life too: a pass cut short is safe (the next goes on where the tags
+// say), and Stop does not wait for a pass of minutes.
+func (s *Scanner) adoptQuotas(life context.Context) {
+	t := time.NewTicker(quotaAdoptEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case <-t.C:
+		}
+		hw, err := s.d.Shards.HighWater()
+		if err != nil {
+			s.errLog.warn("adopt quotas: shard count", err)
+			continue
+		}
+		if n, err := s.d.Store.AdoptQuotas(life, hw); err != nil {
+			if life.Err() == nil {
+				s.errLog.warn("adopt quotas", err)
+			}
+		} else if n > 0 {
+			s.log.Info("quota adoption: counted the messages a scope held when its quota was set", zap.Int("messages", n))
+		}
+	}
+}
 
 // maintainQuotas runs the rounds until life ends; the Redis calls use
 // workCtx.

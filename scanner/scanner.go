@@ -357,6 +357,7 @@ func (s *Scanner) Start(ctx context.Context) error {
 	st.wg.Go(func() { s.releaseHeld(claimCtx, workCtx) })
 	st.wg.Go(func() { s.promoteFar(claimCtx, workCtx) })
 	st.wg.Go(func() { s.maintainQuotas(claimCtx, workCtx) })
+	st.wg.Go(func() { s.adoptQuotas(claimCtx) })
 	st.wg.Go(func() { s.preHold(claimCtx, workCtx) })
 	for range s.cfg.Goroutines {
 		st.wg.Go(func() { s.work(claimCtx, workCtx) })

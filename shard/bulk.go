@@ -322,7 +322,7 @@ func (f BulkFilter) rescheduleJob(mode string, ms int64) string {
 // bulkAct acts on ids of shard i for job, found in the due set (held "")
 // or in the held set of topic held, and returns one status per id: 1 done
 // (counted), 0 not scheduled there, -1 in flight (left alone), 2 already
-// as asked (left, not counted).
+// as asked (left, not counted), 3 done and left where it is (counted).
 type bulkAct func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error)
 
 // bulkRun runs a bulk job over every shard: its record, its counts kept
@@ -429,6 +429,8 @@ func (s *Store) bulkWalk(ctx context.Context, i int, job string, f BulkFilter, p
 				case 1:
 					p.Done++
 					stayed[at[k]] = false
+				case 3: // done, and still in the set (the quotas' adoption)
+					p.Done++
 				case 0:
 					stayed[at[k]] = false
 				case -1:
@@ -540,9 +542,9 @@ func (s *Store) bulkWalkHeld(ctx context.Context, i int, topic, job string, f Bu
 		for k := range ids {
 			stayed[k] = true // unless the reply says otherwise
 			if k < len(sts) {
-				stayed[k] = sts[k] == 2 || sts[k] == -1
+				stayed[k] = sts[k] == 2 || sts[k] == 3 || sts[k] == -1
 				switch sts[k] {
-				case 1:
+				case 1, 3:
 					p.Done++
 				case -1:
 					p.InFlight++

@@ -77,7 +77,7 @@ func (s *Store) bulkWalkFar(ctx context.Context, i int, job string, f BulkFilter
 		}
 		sts, err := act(ctx, i, job, fs, sel)
 		for _, st := range sts {
-			if st == 1 {
+			if st == 1 || st == 3 {
 				p.Done++
 			}
 		}

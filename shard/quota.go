@@ -43,6 +43,7 @@ import (
 //	              scope that the shard holds
 //	quotaheld     HASH {ns:i}: reservation -> messages it stored here
 //	quotaout      HASH {ns:i}: "<s>:<gen>" -> messages counted out (only grows)
+//	quotain       HASH {ns:i}: "<s>:<gen>" -> messages the adoption counted in (only grows)
 //
 // An enqueue of n messages of a quota'd scope:
 //
@@ -102,13 +103,16 @@ import (
 // A quota's generation changes when it is deleted and set again, so tags
 // and removals of the old one count nothing in the new one. A quota
 // counts the messages enqueued once producers have read it (they read
-// the quotas when their copy is a second old): messages held before it
-// was set are not counted, nor are messages that come back without an
-// enqueue (a consumer's retry, a redrive from the dead set, a recurring
-// schedule's occurrences). On one Redis and on a Cluster the count is
-// never below what is held, so a team never holds more than its quota
-// of counted messages; on one Redis with no producer killed, a team
-// given more than its quota stores exactly its quota.
+// the quotas when their copy is a second old), and, by an adoption pass
+// that a scanner runs when a quota is new (quotaadopt.go), what the
+// scope held before: scheduled, held back and far messages (quotain,
+// applied like quotaout). Not counted: messages in flight or dead while
+// the pass walks by, and messages that come back without an enqueue (a
+// consumer's retry, a redrive from the dead set, a recurring schedule's
+// occurrences). On one Redis and on a Cluster the count is never below
+// what is held of the counted messages, so a team never holds more than
+// its quota of them; on one Redis with no producer killed, a team given
+// more than its quota stores exactly its quota.
 //
 // The rate quota counts the messages granted in each second of the
 // Redis clock (of the master holding quota), duplicates included.
@@ -164,6 +168,9 @@ type QuotaUsage struct {
 	// Enqueued is the messages stored under the quota since it was set
 	// (counted when their reservation is settled).
 	Enqueued int64 `json:"enqueued"`
+	// Adopting: the messages the scope held when the quota was set are
+	// being counted in (quotaadopt.go); Count is short of them until then.
+	Adopting bool `json:"adopting,omitempty"`
 }
 
 // Quota keys (see the design above).
@@ -336,7 +343,7 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 	}
 	fields := make([]string, 0, 2*len(qs))
 	for _, q := range qs {
-		fields = append(fields, "count:"+q.Scope, "refused:"+q.Scope, "enqueued:"+q.Scope)
+		fields = append(fields, "count:"+q.Scope, "refused:"+q.Scope, "enqueued:"+q.Scope, "adopted:"+q.Scope)
 	}
 	v, err := s.rdb.HMGet(ctx, quotaKey(s.ns), fields...).Result()
 	if err != nil {
@@ -345,9 +352,10 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 	out := make([]QuotaUsage, len(qs))
 	for j, q := range qs {
 		out[j].Quota = q
-		out[j].Count, _ = strconv.ParseInt(fmt.Sprint(v[3*j]), 10, 64)
-		out[j].Refused, _ = strconv.ParseInt(fmt.Sprint(v[3*j+1]), 10, 64)
-		out[j].Enqueued, _ = strconv.ParseInt(fmt.Sprint(v[3*j+2]), 10, 64)
+		out[j].Count, _ = strconv.ParseInt(fmt.Sprint(v[4*j]), 10, 64)
+		out[j].Refused, _ = strconv.ParseInt(fmt.Sprint(v[4*j+1]), 10, 64)
+		out[j].Enqueued, _ = strconv.ParseInt(fmt.Sprint(v[4*j+2]), 10, 64)
+		out[j].Adopting = fmt.Sprint(v[4*j+3]) != strconv.FormatInt(q.Gen, 10)
 	}
 	return out, nil
 }

@@ -456,3 +456,72 @@ func TestQuotasFromTheScopesFile(t *testing.T) {
 		t.Fatalf("no scopes file: %v", err)
 	}
 }
+
+// TestQuotaAdoptsWhatTheScopeHolds: a quota set on a scope that holds
+// messages already, near and far, counts them once the adoption pass has
+// run, then refuses past its limit; another scope's messages are left
+// alone, and a second pass counts nothing again.
+func TestQuotaAdoptsWhatTheScopeHolds(t *testing.T) {
+	b := farSetup(t) // one shard, far tier on with a 3 s horizon
+	var msgs []shard.Message
+	for k := range 500 {
+		d := time.Duration(0) // near: due now (no scanner runs)
+		if k%5 < 2 {
+			d = time.Hour // far
+		}
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("bill-%d", k), Topic: "billing.x", Body: []byte("x"), Delay: d})
+	}
+	for k := range 100 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("other-%d", k), Topic: "search.x", Body: []byte("x")})
+	}
+	rs, err := b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if far := len(farRecords(t, b)); far != 200 {
+		t.Fatalf("%d far, want 200", far)
+	}
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if q := quotaOf(t, b.store, "billing"); !q.Adopting || q.Count != 0 {
+		t.Fatalf("a new quota: %+v, want adopting and 0 counted", q)
+	}
+	n, err := b.store.AdoptQuotas(b.ctx, b.m)
+	if err != nil || n != 500 {
+		t.Fatalf("adoption counted %d, %v; want the 500 billing messages held", n, err)
+	}
+	if _, err := b.store.MaintainQuotas(b.ctx, b.m, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if q := quotaOf(t, b.store, "billing"); q.Adopting || q.Count != 500 {
+		t.Fatalf("after the adoption: %+v, want 500 counted", q)
+	}
+	if n, err := b.store.AdoptQuotas(b.ctx, b.m); err != nil || n != 0 {
+		t.Fatalf("a second pass counted %d, %v", n, err)
+	}
+	msgs = msgs[:0]
+	for k := range 600 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("new-%d", k), Topic: "billing.y", Body: []byte("x")})
+	}
+	rs, err = b.prod.EnqueueBatch(b.ctx, msgs)
+	if err != nil && !errors.Is(err, shard.ErrQuota) {
+		t.Fatal(err)
+	}
+	stored := 0
+	for _, r := range rs {
+		if r.Err == nil {
+			stored++
+		} else if !errors.Is(r.Err, shard.ErrQuota) {
+			t.Fatal(r.Err)
+		}
+	}
+	if stored != 500 {
+		t.Fatalf("%d of 600 stored past the 500 adopted, want 500 (the quota is 1000)", stored)
+	}
+}

@@ -157,13 +157,28 @@ func containsFalse(b []bool) bool {
 	return false
 }
 
-// applyQuotaOut applies each shard's quotaout to the counts of the
-// current generations; fields of other generations are deleted.
+// applyQuotaOut applies each shard's quotaout (and quotain, what the
+// adoption counted in) to the counts of the current generations; fields
+// of other generations are deleted.
 func (s *Store) applyQuotaOut(ctx context.Context, shards int, qs []Quota) (int, error) {
+	n := 0
+	for _, kind := range []string{"out", "in"} {
+		k, err := s.applyQuotaShards(ctx, shards, qs, kind)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// applyQuotaShards applies the shards' quota<kind> HASHes.
+func (s *Store) applyQuotaShards(ctx context.Context, shards int, qs []Quota, kind string) (int, error) {
+	key := "quota" + kind
 	outs := make([]*redis.MapStringStringCmd, shards)
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range shards {
-			outs[i] = p.HGetAll(ctx, quotaShardKey(s.ns, i, "quotaout"))
+			outs[i] = p.HGetAll(ctx, quotaShardKey(s.ns, i, key))
 		}
 		return nil
 	})
@@ -176,7 +191,7 @@ func (s *Store) applyQuotaOut(ctx context.Context, shards int, qs []Quota) (int,
 	for i, c := range outs {
 		m, err := c.Result()
 		if err != nil {
-			return 0, wrapQuotaErr(fmt.Sprintf("read shard %d's removals", i), err)
+			return 0, wrapQuotaErr(fmt.Sprintf("read shard %d's quota%s", i, kind), err)
 		}
 		for tag, v := range m {
 			if _, ok := current[tag]; ok {
@@ -190,18 +205,18 @@ func (s *Store) applyQuotaOut(ctx context.Context, shards int, qs []Quota) (int,
 	for tag, pairs := range byTag {
 		q := current[tag]
 		calls = append(calls, call{quotaApplyScript, []string{quotaKey(s.ns), quotaAppliedKey(s.ns, q.Scope)},
-			append([]any{q.Scope, q.Gen}, pairs...)})
+			append([]any{q.Scope, q.Gen, kind}, pairs...)})
 	}
 	applied := 0
 	var errs []error
 	for j, c := range s.run(ctx, calls...) {
 		errs = append(errs, c.Err())
 		if c.Err() == nil {
-			applied += len(calls[j].args[2:]) / 2
+			applied += len(calls[j].args[3:]) / 2
 		}
 	}
 	for i, tags := range stale {
-		errs = append(errs, s.rdb.HDel(ctx, quotaShardKey(s.ns, i, "quotaout"), tags...).Err())
+		errs = append(errs, s.rdb.HDel(ctx, quotaShardKey(s.ns, i, key), tags...).Err())
 	}
 	return applied, wrapQuotaErr("apply removals", errors.Join(errs...))
 }

@@ -22,7 +22,7 @@ import "github.com/redis/go-redis/v9"
 var quotaSetScript = redis.NewScript(`
 local s = ARGV[1]
 if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'gen:' .. s, 'max:' .. s, 'rate:' .. s, 'count:' .. s, 'win:' .. s, 'refused:' .. s, 'enqueued:' .. s)
+  redis.call('HDEL', KEYS[1], 'gen:' .. s, 'max:' .. s, 'rate:' .. s, 'count:' .. s, 'win:' .. s, 'refused:' .. s, 'enqueued:' .. s, 'adopted:' .. s)
   redis.call('HDEL', KEYS[2], s)
   redis.call('DEL', KEYS[3])
   return 0
@@ -104,10 +104,13 @@ return 1
 `)
 
 // quotaApplyScript takes the removals the shards counted (their quotaout
-// fields, which only grow) off a scope's count, each once.
+// fields, which only grow) off a scope's count, and adds what the
+// adoption counted in (quotain, which only grows too), each once.
 //
-//	KEYS[1] quota HASH   KEYS[2] the scope's applied HASH (shard -> value applied)
-//	ARGV[1] scope   ARGV[2] generation   then pairs ARGV[a] shard, ARGV[a+1] its quotaout value
+//	KEYS[1] quota HASH   KEYS[2] the scope's applied HASH (quotaout:
+//	shard -> value applied; quotain: "in:<shard>" -> value applied)
+//	ARGV[1] scope   ARGV[2] generation   ARGV[3] "out" | "in"
+//	then pairs ARGV[a] shard, ARGV[a+1] its quotaout (quotain) value
 //
 // Returns the count after, or -1 when the generation is not the scope's
 // (nothing applied).
@@ -115,16 +118,19 @@ return 1
 var quotaApplyScript = redis.NewScript(`
 local s = ARGV[1]
 if redis.call('HGET', KEYS[1], 'gen:' .. s) ~= ARGV[2] then return -1 end
-local off = 0
-for a = 3, #ARGV, 2 do
+local prefix, sign = '', -1
+if ARGV[3] == 'in' then prefix, sign = 'in:', 1 end
+local moved = 0
+for a = 4, #ARGV, 2 do
+  local f = prefix .. ARGV[a]
   local v = tonumber(ARGV[a + 1])
-  local had = tonumber(redis.call('HGET', KEYS[2], ARGV[a])) or 0
+  local had = tonumber(redis.call('HGET', KEYS[2], f)) or 0
   if v > had then
-    off = off + v - had
-    redis.call('HSET', KEYS[2], ARGV[a], ARGV[a + 1])
+    moved = moved + v - had
+    redis.call('HSET', KEYS[2], f, ARGV[a + 1])
   end
 end
-if off > 0 then return redis.call('HINCRBY', KEYS[1], 'count:' .. s, -off) end
+if moved > 0 then return redis.call('HINCRBY', KEYS[1], 'count:' .. s, sign * moved) end
 return tonumber(redis.call('HGET', KEYS[1], 'count:' .. s)) or 0
 `)
 
@@ -224,3 +230,54 @@ out[#out + 1] = stored
 return out
 `)
 }
+
+// quotaAdoptScript counts in a quota the messages its scope held before
+// it was set (the adoption pass: quotaadopt.go): each id still held, and
+// not tagged with the quota's generation, is tagged and counted in the
+// shard's quotain under the tag, and in the adoption job's counter.
+//
+//	KEYS[1] msg HASH   KEYS[2] scopeof HASH   KEYS[3] quotain HASH
+//	KEYS[4] the job's counter HASH (BulkKey)
+//	for far records: KEYS[5] fardir ZSET, KEYS[5+j] fidx:<h> of record j
+//	ARGV[1] tag "<scope>:<gen>"   ARGV[2] ms the counter lives
+//	ARGV[3] "near" | "far"   then ids (near), or pairs id, "<b>:<seq>"
+//	(far: the index entry the record was read under)
+//
+// Held: near, in the msg HASH; far, while the index still names the
+// record. A tag of an older generation of the same scope is replaced.
+// Returns one status per id: 3 counted in, 2 counted already, 0 gone.
+// Complexity: O(n).
+var quotaAdoptScript = redis.NewScript(farPrelude + `
+local tag, far = ARGV[1], ARGV[3] == 'far'
+local scope = string.match(tag, '^(.*):%d+$')
+local out, n, step = {}, 0, 1
+if far then step = 2 end
+for a = 4, #ARGV, step do
+  local id, j = ARGV[a], #out + 1
+  local held
+  if far then
+    local b, q = far_live(KEYS[5 + j], KEYS[5], id)
+    held = b and (b .. ':' .. q) == ARGV[a + 1]
+  else
+    held = redis.call('HEXISTS', KEYS[1], id) == 1
+  end
+  out[j] = 0
+  if held then
+    local old = redis.call('HGET', KEYS[2], id)
+    if old == tag then
+      out[j] = 2
+    elseif not old or string.match(old, '^(.*):%d+$') == scope then
+      redis.call('HSET', KEYS[2], id, tag)
+      out[j], n = 3, n + 1
+    else
+      out[j] = 2 -- another scope's: the scopes changed; it counts there
+    end
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[3], tag, n)
+  redis.call('HINCRBY', KEYS[4], 'done', n)
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
+end
+return out
+`)

@@ -106,7 +106,11 @@ func runQuota(ctx context.Context, e *env, args []string) int {
 		return fmt.Sprint(n)
 	}
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\n", q.Scope, q.Count, limit(q.MaxPending), limit(q.MaxRate)+"/s", q.Refused, q.Rules)
+		held := fmt.Sprint(q.Count)
+		if q.Adopting {
+			held += " (counting what it held)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", q.Scope, held, limit(q.MaxPending), limit(q.MaxRate)+"/s", q.Refused, q.Rules)
 	}
 	_ = tw.Flush()
 	return exitOK
