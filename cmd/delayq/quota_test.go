@@ -137,3 +137,33 @@ func TestQuotaSurvivesKilledProducers(t *testing.T) {
 		t.Fatalf("after the last run Redis holds %d and the quota counts %d, want 10,000 each", h, c)
 	}
 }
+
+// TestScannerAdoptsAQuota: a quota set on a team that holds messages
+// already says it is counting them, and a running scanner counts them
+// in; its metrics then show the quota's figures.
+func TestScannerAdoptsAQuota(t *testing.T) {
+	w := newWorld(t, 4)
+	var in strings.Builder
+	for k := range 300 {
+		fmt.Fprintf(&in, `{"id":"b-%d","topic":"billing.x","delay_ms":3600000,"body":"x"}`+"\n", k)
+	}
+	if out, e, code := w.delayq(in.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: exit %d %s %s", code, out, e)
+	}
+	if out, e, code := w.delayq("", "quota", "set", "billing", "--pending", "1000", "--rules", "topic=billing.*"); code != 0 ||
+		!strings.Contains(out, "counting what it held") {
+		t.Fatalf("quota set: exit %d %s %s", code, out, e)
+	}
+	p := w.scan()
+	var qs []shard.QuotaUsage
+	shardtest.WaitFor(t, 60*time.Second, func() bool {
+		out, _, code := w.delayq("", "quota", "--json")
+		qs = nil // omitempty: a field left out must not keep the last poll's value
+		return code == 0 && json.Unmarshal([]byte(out), &qs) == nil && len(qs) == 1 && !qs[0].Adopting && qs[0].Count == 300
+	}, func() string { return fmt.Sprintf("quotas %+v; scanner log:\n%s", qs, p.log.String()) })
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		m := p.scrape(t)
+		return strings.Contains(m, `delayq_quota_pending{namespace="`+w.ns+`",scope="billing"} 300`) &&
+			strings.Contains(m, `delayq_quota_max_pending{namespace="`+w.ns+`",scope="billing"} 1000`)
+	}, func() string { return "no quota metrics: " + p.scrape(t) })
+}
