@@ -40,19 +40,7 @@ const (
 // so that one shard's slow round trips do not hold back the others', and
 // ends when they all have.
 func (s *Scanner) promoteFar(life, workCtx context.Context) {
-	t := time.NewTicker(farPromoteEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-life.Done():
-			return
-		case <-t.C:
-		}
-		hw, err := s.d.Shards.HighWater()
-		if err != nil {
-			s.errLog.warn("promote far messages: shard count", err)
-			continue
-		}
+	s.everyRound(life, farPromoteEvery, "promote far messages", func(hw int) {
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, farShardsAtOnce)
 		for i := range hw {
@@ -63,7 +51,7 @@ func (s *Scanner) promoteFar(life, workCtx context.Context) {
 			})
 		}
 		wg.Wait()
-	}
+	})
 }
 
 // promoteShard is a round's work on shard i: its due buckets and

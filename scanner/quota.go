@@ -39,19 +39,7 @@ const (
 // use life too: a pass cut short is safe (the next goes on where the tags
 // say), and Stop does not wait for a pass of minutes.
 func (s *Scanner) adoptQuotas(life context.Context) {
-	t := time.NewTicker(quotaAdoptEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-life.Done():
-			return
-		case <-t.C:
-		}
-		hw, err := s.d.Shards.HighWater()
-		if err != nil {
-			s.errLog.warn("adopt quotas: shard count", err)
-			continue
-		}
+	s.everyRound(life, quotaAdoptEvery, "adopt quotas", func(hw int) {
 		if n, err := s.d.Store.AdoptQuotas(life, hw); err != nil {
 			if life.Err() == nil {
 				s.errLog.warn("adopt quotas", err)
@@ -59,13 +47,24 @@ func (s *Scanner) adoptQuotas(life context.Context) {
 		} else if n > 0 {
 			s.log.Info("quota adoption: counted the messages a scope held when its quota was set", zap.Int("messages", n))
 		}
-	}
+	})
 }
 
-// maintainQuotas runs the rounds until life ends; the Redis calls use
-// workCtx.
+// maintainQuotas asks for the fleet's maintenance round until life ends;
+// the Redis calls use workCtx.
 func (s *Scanner) maintainQuotas(life, workCtx context.Context) {
-	t := time.NewTicker(quotaMaintainEvery)
+	s.everyRound(life, quotaMaintainEvery, "maintain quotas", func(hw int) {
+		if _, err := s.d.Store.MaintainQuotas(workCtx, hw, quotaMaintainEvery); err != nil {
+			s.errLog.warn("maintain quotas", err)
+		}
+	})
+}
+
+// everyRound calls round every interval until life ends, with the number
+// of shards that may hold messages (the layout's high-water mark); a
+// round whose shard count cannot be read is skipped and logged as what.
+func (s *Scanner) everyRound(life context.Context, every time.Duration, what string, round func(hw int)) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -75,12 +74,10 @@ func (s *Scanner) maintainQuotas(life, workCtx context.Context) {
 		}
 		hw, err := s.d.Shards.HighWater()
 		if err != nil {
-			s.errLog.warn("maintain quotas: shard count", err)
+			s.errLog.warn(what+": shard count", err)
 			continue
 		}
-		if _, err := s.d.Store.MaintainQuotas(workCtx, hw, quotaMaintainEvery); err != nil {
-			s.errLog.warn("maintain quotas", err)
-		}
+		round(hw)
 	}
 }
 

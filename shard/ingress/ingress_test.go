@@ -37,13 +37,12 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// TestIngressStoresThenAcks runs the ingress in this process (under the
-// race detector in scripts/test.sh) against real servers: every message
-// of a flowing load, some in batches and some alone, ends up stored in
-// Redis with its properties, and the queue is left empty; Stop returns.
-func TestIngressStoresThenAcks(t *testing.T) {
+// ingressSetup is a store and producer of a namespace of the test's own
+// on the shared Redis (4 shards), and a channel to the shared RabbitMQ
+// with a durable queue "in-<namespace>" declared.
+func ingressSetup(t *testing.T) (*shard.Store, *shard.Producer, *amqp.Channel, string) {
+	t.Helper()
 	shardtest.Require(t, serverErr)
-	ctx := context.Background()
 	ns := shardtest.Namespace(t)
 	st, err := shard.NewStore(redisSrv.Client(t), ns)
 	if err != nil {
@@ -63,6 +62,16 @@ func TestIngressStoresThenAcks(t *testing.T) {
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
+	return st, prod, ch, queue
+}
+
+// TestIngressStoresThenAcks runs the ingress in this process (under the
+// race detector in scripts/test.sh) against real servers: every message
+// of a flowing load, some in batches and some alone, ends up stored in
+// Redis with its properties, and the queue is left empty; Stop returns.
+func TestIngressStoresThenAcks(t *testing.T) {
+	ctx := context.Background()
+	st, prod, ch, queue := ingressSetup(t)
 	in, err := ingress.New(ingress.Options{URLs: []string{rabbit.URL}, Routes: []ingress.Route{{Queue: queue, Exchange: "target"}},
 		Prefetch: 64}, prod, zaptest.NewLogger(t), ingress.NewMetrics(nil))
 	if err != nil {
@@ -122,28 +131,9 @@ func TestIngressStoresThenAcks(t *testing.T) {
 // unacked (and retried), never dead-lettered nor dropped: once the quota
 // is raised they are stored and acked, and the queue is left empty.
 func TestIngressHoldsOverQuota(t *testing.T) {
-	shardtest.Require(t, serverErr)
 	ctx := context.Background()
-	ns := shardtest.Namespace(t)
-	st, err := shard.NewStore(redisSrv.Client(t), ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, prod, ch, queue := ingressSetup(t)
 	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "exchange=target", MaxPending: 5}); err != nil {
-		t.Fatal(err)
-	}
-	prod := shard.NewProducer(st, balance.Static(4), shard.ProducerOptions{})
-	conn, err := amqp.Dial(rabbit.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := "in-" + ns
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	in, err := ingress.New(ingress.Options{URLs: []string{rabbit.URL}, Routes: []ingress.Route{{Queue: queue, Exchange: "target"}},
