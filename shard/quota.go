@@ -121,6 +121,11 @@ import (
 // error is a *QuotaError, which names the quota.
 var ErrQuota = errors.New("over quota")
 
+// ErrCorruptQuota: a stored quota definition does not parse (it names the
+// key and field). Store.Quotas returns the others with it; producers go
+// on with the others.
+var ErrCorruptQuota = errors.New("corrupt quota")
+
 // QuotaError says which quota refused a message, and when to try again.
 type QuotaError struct {
 	Scope string
@@ -225,7 +230,7 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 	q.Rules = strings.TrimPrefix(sc.String(), sc.Name)
 	q.Rules = strings.TrimSpace(q.Rules)
 	have, err := s.Quotas(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorruptQuota) { // a corrupt one may be this one, set again
 		return err
 	}
 	var lines []string
@@ -271,7 +276,7 @@ func (s *Store) ApplyScopeQuotas(ctx context.Context, set *scope.Set) error {
 		return nil
 	}
 	have, err := s.Quotas(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorruptQuota) {
 		return err
 	}
 	stored := map[string]Quota{}
@@ -331,15 +336,17 @@ func (s *Store) DeleteQuota(ctx context.Context, name string) error {
 	return nil
 }
 
-// Quotas returns every quota with its count, by scope name.
+// Quotas returns every quota with its count, by scope name. A stored
+// definition that does not parse is left out, and the error (wrapping
+// ErrCorruptQuota) names it, returned with the others.
 func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 	defs, err := s.rdb.HGetAll(ctx, quotaDefsKey(s.ns)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read quotas: %w", err)
 	}
-	qs, err := parseQuotaDefs(defs)
-	if err != nil || len(qs) == 0 {
-		return nil, err
+	qs, corrupt := parseQuotaDefs(defs)
+	if len(qs) == 0 {
+		return nil, corrupt
 	}
 	fields := make([]string, 0, 2*len(qs))
 	for _, q := range qs {
@@ -357,23 +364,28 @@ func (s *Store) Quotas(ctx context.Context) ([]QuotaUsage, error) {
 		out[j].Enqueued, _ = strconv.ParseInt(fmt.Sprint(v[4*j+2]), 10, 64)
 		out[j].Adopting = fmt.Sprint(v[4*j+3]) != strconv.FormatInt(q.Gen, 10)
 	}
-	return out, nil
+	return out, corrupt
 }
 
 // parseQuotaDefs reads quotadefs' values, sorted by scope. A value that
-// does not parse is an error naming the key and field: producers refuse
-// to guess which messages a quota concerns.
+// does not parse is left out, and named (key and field) in the error
+// returned with the others: producers go on with the quotas that parse
+// (the corrupt one's scope is neither counted nor limited until it is set
+// again), while Quotas (the CLI, the API, the metrics) and the scanners'
+// maintenance report it.
 func parseQuotaDefs(defs map[string]string) ([]Quota, error) {
 	out := make([]Quota, 0, len(defs))
+	var errs []error
 	for name, v := range defs {
 		var q Quota
 		if err := json.Unmarshal([]byte(v), &q); err != nil || q.Scope != name || q.Gen <= 0 || q.MaxPending < 0 || q.MaxRate < 0 {
-			return nil, fmt.Errorf("quota definition of %q (HASH quotadefs, field %q) is corrupt: %q", name, name, v)
+			errs = append(errs, fmt.Errorf("%w: the definition of %q (HASH quotadefs, field %q) is %q (set the quota again)", ErrCorruptQuota, name, name, v))
+			continue
 		}
 		out = append(out, q)
 	}
 	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Scope, b.Scope) })
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // quotaCache is a producer's copy of the quotas, read again when
@@ -420,10 +432,7 @@ func (s *Store) quotaOf(ctx context.Context, t scope.Target) (*Quota, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read quotas: %w", err)
 		}
-		qs, err := parseQuotaDefs(defs)
-		if err != nil {
-			return nil, err
-		}
+		qs, _ := parseQuotaDefs(defs) // a corrupt one is left out: Quotas and the maintenance report it
 		lines := make([]string, len(qs))
 		byName := make(map[string]*Quota, len(qs))
 		for j := range qs {

@@ -363,8 +363,19 @@ func TestQuotaBadInput(t *testing.T) {
 	if err := b.rdb.HSet(b.ctx, "delayq:{"+b.store.Namespace()+"}:quotadefs", "billing", "{not json").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Quotas(b.ctx); err == nil || !strings.Contains(err.Error(), `HASH quotadefs, field "billing"`) {
+	if _, err := b.store.Quotas(b.ctx); !errors.Is(err, shard.ErrCorruptQuota) || !strings.Contains(err.Error(), `HASH quotadefs, field "billing"`) {
 		t.Fatalf("a corrupt definition: %v", err)
+	}
+	// Producers go on without it (its scope is neither counted nor
+	// limited), and setting it again mends it.
+	if _, err := b.prod.Enqueue(b.ctx, shard.Message{ID: "billing-x", Topic: "billing.x", Body: []byte("x"), Delay: time.Hour}); err != nil {
+		t.Fatalf("an enqueue beside a corrupt quota: %v", err)
+	}
+	if err := b.store.SetQuota(b.ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.*", MaxPending: 10}); err != nil {
+		t.Fatalf("setting a corrupt quota again: %v", err)
+	}
+	if qs, err := b.store.Quotas(b.ctx); err != nil || len(qs) != 1 {
+		t.Fatalf("after mending: %+v, %v", qs, err)
 	}
 }
 

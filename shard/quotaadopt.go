@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -48,7 +49,7 @@ return 1
 // process runs it (a lease). It returns how many messages it counted in.
 func (s *Store) AdoptQuotas(ctx context.Context, shards int) (int, error) {
 	qs, err := s.Quotas(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrCorruptQuota) { // the maintenance reports a corrupt one
 		return 0, err
 	}
 	total := 0

@@ -40,10 +40,7 @@ func (s *Store) MaintainQuotas(ctx context.Context, shards int, interval time.Du
 	if err != nil {
 		return round, wrapQuotaErr("read quotas", err)
 	}
-	qs, err := parseQuotaDefs(defs)
-	if err != nil {
-		return round, err
-	}
+	qs, corrupt := parseQuotaDefs(defs) // the others are kept, and the error returned at the end
 	if round.Swept, err = s.sweepQuotaTags(ctx, shards, quotaSweepPasses*interval); err != nil {
 		return round, err
 	}
@@ -53,7 +50,7 @@ func (s *Store) MaintainQuotas(ctx context.Context, shards int, interval time.Du
 	if round.Settled, err = s.settleExpired(ctx, shards); err != nil {
 		return round, err
 	}
-	return round, s.dropOldHeld(ctx, shards)
+	return round, errors.Join(s.dropOldHeld(ctx, shards), corrupt)
 }
 
 func wrapQuotaErr(what string, err error) error {

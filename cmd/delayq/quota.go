@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -120,7 +121,7 @@ func runQuota(ctx context.Context, e *env, args []string) int {
 // the rules given, or the quota's, or the scopes file's.
 func setQuota(ctx context.Context, e *env, st *shard.Store, name string, o *quotaOpts) error {
 	have, err := st.Quotas(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, shard.ErrCorruptQuota) { // setting it again mends a corrupt one
 		return err
 	}
 	q := shard.Quota{Scope: name, Rules: o.rules, Source: "cli"}

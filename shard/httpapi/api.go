@@ -218,6 +218,8 @@ func (a *API) fail(w http.ResponseWriter, err error) {
 		problem(w, http.StatusBadRequest, "invalid "+ie.Field, ie.Reason, ie.Field)
 	case errors.As(err, &qe):
 		overQuota(w, qe)
+	case errors.Is(err, shard.ErrCorruptQuota):
+		problem(w, http.StatusInternalServerError, "corrupt quota", err.Error(), "")
 	case errors.Is(err, shard.ErrDuplicate):
 		problem(w, http.StatusConflict, "duplicate id", err.Error(), "id")
 	case errors.Is(err, shard.ErrCancelled):

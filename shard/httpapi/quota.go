@@ -58,7 +58,7 @@ func (a *API) ChangeQuota(ctx context.Context, via, who, name string, req QuotaR
 
 func (a *API) changeQuota(ctx context.Context, name string, req QuotaRequest, source string) (shard.QuotaUsage, error) {
 	have, err := a.o.Store.Quotas(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, shard.ErrCorruptQuota) { // setting it again mends a corrupt one
 		return shard.QuotaUsage{}, err
 	}
 	q := shard.Quota{Scope: name, Rules: req.Rules, Source: source}
@@ -87,6 +87,9 @@ func (a *API) changeQuota(ctx context.Context, name string, req QuotaRequest, so
 		return shard.QuotaUsage{}, err
 	}
 	qs, err := a.o.Store.Quotas(ctx)
+	if errors.Is(err, shard.ErrCorruptQuota) { // another's: this one is set
+		err = nil
+	}
 	for _, h := range qs {
 		if h.Scope == name {
 			return h, err
