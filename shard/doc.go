@@ -436,6 +436,49 @@
 // of the quota for at most 16 s. quota.go has the keys, the steps and
 // the bounds; quotascripts.go the scripts.
 //
+// # Fair release across classes (the design; not built yet)
+//
+// When the fleet is behind (after an outage, or a campaign due at one
+// instant), releases go in due order today, so a message of a small,
+// urgent class waits behind the whole backlog. The plan, built on flow
+// control's pieces:
+//
+//   - Classes: a class names topic patterns (a scope's, where scopes
+//     exist) and has a weight (1..1000), "strict" (before every weighted
+//     class) or 0 (only when no other class waits). Kept in the
+//     namespace's HASH delayq:{ns}:classes beside the flows, set from the
+//     routes file, the CLI, the API and the console; patterns of two
+//     classes may not overlap; a topic of no class is in the default
+//     class, weight 1.
+//   - Nothing changes while nothing is overdue: the claim compares its
+//     shard's head with now less a threshold (500 ms), which it reads
+//     anyway. Behind, the claim sets overdue entries apart into per-shard
+//     per-class backlog sets, delayq:{ns:i}:class:<c> (ZSET id -> due, in
+//     the shard's slot), at most 128 a call, exactly as it sets limited
+//     topics apart into their held sets: no class waits behind another's
+//     entries, and the work of a call stays bounded.
+//   - Shares without a leader: one stride scheduler per namespace, a HASH
+//     delayq:{ns}:fair in the namespace's slot (like a topic's token
+//     bucket): a class's pass, and whether it has a backlog. A releaser
+//     asks one script which class goes next for k messages: strict
+//     classes first, then the smallest pass among the weighted ones with a
+//     backlog, whose pass grows by k / weight; a class coming back from
+//     idle starts at the smallest pass, so it cannot bank an idle spell.
+//     The releaser then claims up to k of that class from its shards'
+//     backlog sets (earliest heads first, as ClaimHeld does) and gives
+//     back what it found nothing for. Every release of the fleet goes
+//     through the one pass table, so the shares hold over any window
+//     whatever the number of processes. Two calls a release (pick, then
+//     claim), each in one slot: Redis Cluster works as for flow control.
+//   - A topic with a flow limit stays in its held set (its limit first);
+//     the shares apply among what may go. A resize changes nothing: the
+//     scanners cover every shard below the high-water mark, backlog sets
+//     included. A lease that expires puts a message back in the due set,
+//     where the next claim sets it apart again: nothing is lost or early.
+//   - Visible: each class's backlog and release rate (counters in the
+//     shards' counters), its lateness apart from the rest as a limit's
+//     is (HeaderReleasedMs), in delayq stats, the console and metrics.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and
