@@ -21,7 +21,8 @@ import (
 // Quotas keep one team (a scope, package scope) from filling a shared
 // Redis: a most number of messages held and a most enqueued a second,
 // set at runtime (Store.SetQuota: delayq quota, PUT /v1/quotas/{scope},
-// the console) and kept in Redis.
+// the console) or in the scopes file (ApplyScopeQuotas, at a process's
+// start), and kept in Redis.
 //
 // # The design
 //
@@ -33,12 +34,14 @@ import (
 //	quota         HASH {ns}: gen (the last generation), and per scope
 //	              gen:<s>, max:<s>, rate:<s>, count:<s> (messages held or
 //	              reserved), win:<s> ("<second>:<enqueued in it>"),
-//	              refused:<s> (messages refused, for the metrics)
+//	              refused:<s> and enqueued:<s> (for the metrics),
+//	              adopted:<s> (the generation whose adoption is done)
 //	quotadefs     HASH {ns}: scope -> its quota as JSON, with the scope's
 //	              rules: what producers read (every second) to know which
 //	              messages a quota concerns
 //	quotares      ZSET {ns}: "<s>:<gen>|<reservation>|<granted>" -> deadline
-//	quotaapplied:<s> HASH {ns}: shard -> its quotaout value applied
+//	quotaapplied:<s> HASH {ns}: shard -> its quotaout value applied,
+//	              in:<shard> -> its quotain value applied
 //	scopeof       HASH {ns:i}: id -> "<s>:<gen>", the messages of a quota'd
 //	              scope that the shard holds
 //	quotaheld     HASH {ns:i}: reservation -> messages it stored here
@@ -86,7 +89,7 @@ import (
 //
 // The rule that keeps a team under its quota: the count is never below
 // what the scope holds. It is raised before a store (the reservation)
-// and lowered only after a removal (the sweep) or for what a settled
+// and lowered only after a removal (the ack, the sweep) or for what a settled
 // reservation did not store. Between, the team is under its quota by
 // what is reserved and not yet stored or settled, and by removals not
 // yet swept.
