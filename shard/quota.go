@@ -119,6 +119,13 @@ import (
 //
 // The rate quota counts the messages granted in each second of the
 // Redis clock (of the master holding quota), duplicates included.
+//
+// What counting costs (scripts/bench.sh -only quota, two shared cores,
+// medians of three rounds, with a quota over without): the SDK's
+// enqueue in batches of 2,000, 0.63-0.78 (a reservation and a settle a
+// batch, the tag a message); saturated dispatch at k = 1, 1.016 (the
+// ack's hook). A new quota's adoption walks the namespace once, and
+// costs a drain under way about a sixth of its rate while it does.
 
 // ErrQuota: a scope's quota refused the message; nothing was written. The
 // error is a *QuotaError, which names the quota.

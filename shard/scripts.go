@@ -450,13 +450,14 @@ return {total, gone}
 `
 
 const ackQuotaHook = `    if redis.call('EXISTS', KEYS[j + 4]) == 1 then
-      local tags, untag = redis.call('HMGET', KEYS[j + 4], unpack(acked)), {}
+      local tags, untag, per = redis.call('HMGET', KEYS[j + 4], unpack(acked)), {}, {}
       for i = 1, #acked do
         if tags[i] then
           untag[#untag + 1] = acked[i]
-          redis.call('HINCRBY', KEYS[j + 5], tags[i], 1)
+          per[tags[i]] = (per[tags[i]] or 0) + 1
         end
       end
+      for tag, c in pairs(per) do redis.call('HINCRBY', KEYS[j + 5], tag, c) end
       if #untag > 0 then redis.call('HDEL', KEYS[j + 4], unpack(untag)) end
     end
 `

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"ab", b.ab}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"quota", b.quota}, {"ab", b.ab}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] || c.only == nil && step.name == "ab" {
 			continue
@@ -591,7 +591,18 @@ type saturatedRound struct {
 // drainBacklog fills n messages due at one moment 2 s ahead, starts the
 // fleet, and measures the rate from the first to the last delivery.
 func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners int) (rate float64, drain time.Duration, cpu *cpuUse, err error) {
+	return b.drainBacklogWith(ctx, what, n, k, scanners, nil)
+}
+
+// drainBacklogWith is drainBacklog that calls setup (when not nil) with
+// the namespace before anything is enqueued into it.
+func (b *bench) drainBacklogWith(ctx context.Context, what string, n, k, scanners int, setup func(ns string) error) (rate float64, drain time.Duration, cpu *cpuUse, err error) {
 	ns := b.namespace(what)
+	if setup != nil {
+		if err := setup(ns); err != nil {
+			return 0, 0, nil, err
+		}
+	}
 	t := newTally()
 	stop, err := b.consume(ctx, ns, t)
 	if err != nil {
