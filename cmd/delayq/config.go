@@ -30,7 +30,7 @@ import (
 const envPrefix = "DELAYQ"
 
 // Config is every setting of every subcommand, read from the environment.
-// `delayq <cmd> -h` prints this table; README.md documents it.
+// `delayq <cmd> -h` prints this table; configs/README.md documents it.
 type Config struct {
 	RedisAddrs          []string      `envconfig:"REDIS_ADDRS" default:"127.0.0.1:6379" desc:"Redis address host:port (several, comma-separated, for a cluster)"`
 	RedisUsername       string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user name"`

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestReadmeListsEveryVariable keeps README.md's configuration table and
+// TestConfigTableListsEveryVariable keeps configs/README.md's configuration table and
 // the Config struct in step: every variable with its default and meaning.
-func TestReadmeListsEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+func TestConfigTableListsEveryVariable(t *testing.T) {
+	readme, err := os.ReadFile("../../configs/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,17 +27,17 @@ func TestReadmeListsEveryVariable(t *testing.T) {
 		key := envPrefix + "_" + f.Tag.Get("envconfig")
 		row, ok := rows[key]
 		if !ok {
-			t.Errorf("README.md does not list %s", key)
+			t.Errorf("configs/README.md does not list %s", key)
 			continue
 		}
 		delete(rows, key)
 		cells := strings.Split(row, "|")
 		if def := f.Tag.Get("default"); strings.Trim(strings.TrimSpace(cells[2]), "`") != def {
-			t.Errorf("README.md: %s default %q, code says %q", key, strings.TrimSpace(cells[2]), def)
+			t.Errorf("configs/README.md: %s default %q, code says %q", key, strings.TrimSpace(cells[2]), def)
 		}
 	}
 	for key := range rows {
-		t.Errorf("README.md lists %s, which the code does not read", key)
+		t.Errorf("configs/README.md lists %s, which the code does not read", key)
 	}
 }
 
