@@ -41,12 +41,22 @@ import (
 //	              messages a quota concerns
 //	quotares      ZSET {ns}: "<s>:<gen>|<reservation>|<granted>" -> deadline
 //	quotaapplied:<s> HASH {ns}: shard -> its quotaout value applied,
-//	              in:<shard> -> its quotain value applied
+//	              in:<shard> -> its quotain value applied (deleted with
+//	              the quota, or when it starts a new generation)
+//	quotacursor   HASH {ns}: per shard the sweep's cursor and when its
+//	              next pass may start (two fields a shard: bounded by M)
+//	quotalease, quotaadopt STRING {ns}: the maintenance's and the
+//	              adoption's leases (SET NX PX: they expire)
 //	scopeof       HASH {ns:i}: id -> "<s>:<gen>", the messages of a quota'd
-//	              scope that the shard holds
+//	              scope that the shard holds (a tag goes when its message
+//	              does: the ack, or the sweep)
 //	quotaheld     HASH {ns:i}: reservation -> messages it stored here
+//	              (deleted by the maintenance once its reservation is
+//	              settled and a minute old: quotaHeldKept)
 //	quotaout      HASH {ns:i}: "<s>:<gen>" -> messages counted out (only grows)
 //	quotain       HASH {ns:i}: "<s>:<gen>" -> messages the adoption counted in (only grows)
+//	              (a field of a generation no longer current is deleted by
+//	              the next maintenance round: a field a quota'd scope)
 //
 // An enqueue of n messages of a quota'd scope:
 //
@@ -101,7 +111,7 @@ import (
 // say it stored. Until then the team is under its quota by that
 // reservation: at most a batch, for at most reservationLifetime +
 // quotaClockSkew + a round (16 s). quotaheld entries go once their
-// reservation is settled and a few minutes old.
+// reservation is settled and a minute old.
 //
 // A quota's generation changes when it is deleted and set again, so tags
 // and removals of the old one count nothing in the new one. A quota
@@ -217,8 +227,11 @@ const (
 	quotaSweepBudget = 50 * time.Millisecond
 	quotaSweepPasses = 30
 	// quotaHeldKept is how long a settled reservation's quotaheld entries
-	// stay.
-	quotaHeldKept = 5 * time.Minute
+	// stay after its producer made it (by the producer's clock): past its
+	// deadline and the clock skew, with room for the clocks of the
+	// producer's and the maintainer's hosts to differ. It bounds quotaheld
+	// to the reservations of a minute, one field a shard a batch.
+	quotaHeldKept = time.Minute
 )
 
 // SetQuota creates or changes scope q.Scope's quota. The scope's rules
@@ -530,8 +543,6 @@ func (s *Store) reserve(ctx context.Context, q *Quota, n int) (*reservation, *Qu
 			if why == 2 {
 				qe.Quota = "rate"
 			}
-			// counted for the metrics; a lost count only under-reports
-			_ = s.rdb.HIncrBy(ctx, quotaKey(s.ns), "refused:"+q.Scope, int64(n)-granted).Err()
 		}
 		if granted == 0 {
 			return nil, qe, nil

@@ -48,8 +48,9 @@ return tonumber(g)
 // Returns {granted, why, count, limit, retry ms, deadline ms}: granted
 // -1 when the generation is not the scope's (the producer's quotas are
 // stale: read them again); why 0 (all of n), 1 (the pending quota, limit
-// its maximum), 2 (the rate quota, limit the rate). A grant adds to the
-// count and the second's window, and is recorded in quotares as
+// its maximum), 2 (the rate quota, limit the rate). What is not granted
+// counts in refused:<scope>. A grant adds to the count and the second's
+// window, and is recorded in quotares as
 // "<scope>:<gen>|<id>|<granted>" with its deadline (Redis clock) as
 // score, until settled.
 // Complexity: O(log R), R the reservations outstanding.
@@ -73,6 +74,7 @@ if rate > 0 then
   end
 end
 local deadline = now + tonumber(ARGV[5])
+if grant < n then redis.call('HINCRBY', KEYS[1], 'refused:' .. s, n - grant) end
 if grant > 0 then
   count = redis.call('HINCRBY', KEYS[1], 'count:' .. s, grant)
   if rate > 0 then redis.call('HSET', KEYS[1], 'win:' .. s, string.format('%d:%d', sec, used + grant)) end
