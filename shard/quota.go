@@ -256,14 +256,13 @@ func (s *Store) SetQuota(ctx context.Context, q Quota) error {
 	if err != nil && !errors.Is(err, ErrCorruptQuota) { // a corrupt one may be this one, set again
 		return err
 	}
-	var lines []string
+	var all []Quota // the others, then this one: an error names it second
 	for _, o := range have {
 		if o.Scope != q.Scope {
-			lines = append(lines, o.Scope+" "+o.Rules)
+			all = append(all, o.Quota)
 		}
 	}
-	lines = append(lines, q.Scope+" "+q.Rules)
-	if _, err := scope.ParseSet(strings.NewReader(strings.Join(lines, "\n"))); err != nil {
+	if _, err := scope.ParseSet(strings.NewReader(quotaLines(append(all, q)))); err != nil {
 		// the lines are the quotas', not a file's: name the scopes only
 		msg := err.Error()
 		if _, rest, ok := strings.Cut(msg, ": "); ok {
@@ -408,6 +407,20 @@ func parseQuotaDefs(defs map[string]string) ([]Quota, error) {
 		out = append(out, q)
 	}
 	slices.SortFunc(out, func(a, b Quota) int { return strings.Compare(a.Scope, b.Scope) })
+	if _, err := scope.ParseSet(strings.NewReader(quotaLines(out))); err != nil {
+		// Rules that do not parse, or two quotas set at once with rules
+		// that overlap (SetQuota checks against the others, not against
+		// a concurrent call): keep each that fits with those before it.
+		var kept []Quota
+		for _, q := range out {
+			if _, err := scope.ParseSet(strings.NewReader(quotaLines(append(kept, q)))); err != nil {
+				errs = append(errs, fmt.Errorf("%w: the quota of %q (HASH quotadefs) is left out: %w (set or delete it again)", ErrCorruptQuota, q.Scope, err))
+				continue
+			}
+			kept = append(kept, q)
+		}
+		out = kept
+	}
 	return out, errors.Join(errs...)
 }
 
@@ -419,7 +432,9 @@ type quotaCache struct {
 	set  *scope.Set
 	defs map[string]*Quota
 	// exists: whether the namespace has the quota HASH, as of existsAt
-	// (the acks' choice of script)
+	// (the acks' choice of script), under its own lock: an ack never
+	// waits behind a producer's read of the quotas
+	existsMu sync.Mutex
 	exists   bool
 	existsAt time.Time
 }
@@ -430,8 +445,8 @@ type quotaCache struct {
 // way).
 func (s *Store) quotasExist(ctx context.Context) bool {
 	c := s.quotas
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.existsMu.Lock()
+	defer c.existsMu.Unlock()
 	if c.existsAt.IsZero() || time.Since(c.existsAt) >= quotaCacheTTL {
 		n, err := s.rdb.Exists(ctx, quotaKey(s.ns)).Result()
 		c.exists, c.existsAt = err != nil || n > 0, time.Now()
@@ -447,35 +462,54 @@ func (c *quotaCache) forget() {
 
 // quotaOf returns the quota message t counts in, or nil.
 func (s *Store) quotaOf(ctx context.Context, t scope.Target) (*Quota, error) {
+	set, defs, err := s.quotaSet(ctx)
+	if err != nil || len(defs) == 0 {
+		return nil, err
+	}
+	if sc := set.Of(t); sc != nil {
+		return defs[sc.Name], nil
+	}
+	return nil, nil
+}
+
+// quotaSet returns the quotas as producers use them (the quota'd scopes,
+// and each quota by scope), read again when quotaCacheTTL old.
+func (s *Store) quotaSet(ctx context.Context) (*scope.Set, map[string]*Quota, error) {
 	c := s.quotas
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.at.IsZero() || time.Since(c.at) >= quotaCacheTTL {
 		defs, err := s.rdb.HGetAll(ctx, quotaDefsKey(s.ns)).Result()
 		if err != nil {
-			return nil, fmt.Errorf("read quotas: %w", err)
+			return nil, nil, fmt.Errorf("read quotas: %w", err)
 		}
-		qs, _ := parseQuotaDefs(defs) // a corrupt one is left out: Quotas and the maintenance report it
-		lines := make([]string, len(qs))
+		qs, _ := parseQuotaDefs(defs) // one left out is reported by Quotas and the maintenance
 		byName := make(map[string]*Quota, len(qs))
 		for j := range qs {
-			lines[j] = qs[j].Scope + " " + qs[j].Rules
 			byName[qs[j].Scope] = &qs[j]
 		}
-		set, err := scope.ParseSet(strings.NewReader(strings.Join(lines, "\n")))
-		if err != nil {
-			return nil, fmt.Errorf("quotas in Redis (HASH quotadefs): %w", err)
-		}
-		c.set, c.defs, c.at = set, byName, time.Now()
+		c.set, c.defs, c.at = quotaScopes(qs), byName, time.Now()
 	}
-	if len(c.defs) == 0 {
-		return nil, nil
+	return c.set, c.defs, nil
+}
+
+// quotaScopes is the scopes of qs (valid, and not overlapping: what
+// parseQuotaDefs keeps).
+func quotaScopes(qs []Quota) *scope.Set {
+	set, err := scope.ParseSet(strings.NewReader(quotaLines(qs)))
+	if err != nil { // parseQuotaDefs leaves out what would make this fail
+		panic("shard: quota scopes that parseQuotaDefs kept do not parse: " + err.Error())
 	}
-	sc := c.set.Of(t)
-	if sc == nil {
-		return nil, nil
+	return set
+}
+
+// quotaLines is qs as the lines of a scopes file.
+func quotaLines(qs []Quota) string {
+	lines := make([]string, len(qs))
+	for j, q := range qs {
+		lines[j] = q.Scope + " " + q.Rules
 	}
-	return c.defs[sc.Name], nil
+	return strings.Join(lines, "\n")
 }
 
 // reservation is room reserved for messages of one quota, and what the
@@ -554,12 +588,8 @@ func (s *Store) reserve(ctx context.Context, q *Quota, n int) (*reservation, *Qu
 
 // quotaByName returns scope's quota as producers read it, or nil.
 func (s *Store) quotaByName(ctx context.Context, name string) (*Quota, error) {
-	if _, err := s.quotaOf(ctx, scope.Target{}); err != nil {
-		return nil, err
-	}
-	s.quotas.mu.Lock()
-	defer s.quotas.mu.Unlock()
-	return s.quotas.defs[name], nil
+	_, defs, err := s.quotaSet(ctx)
+	return defs[name], err
 }
 
 // settle gives back what r granted and its calls did not store. A

@@ -377,6 +377,27 @@ func TestQuotaBadInput(t *testing.T) {
 	if qs, err := b.store.Quotas(b.ctx); err != nil || len(qs) != 1 {
 		t.Fatalf("after mending: %+v, %v", qs, err)
 	}
+	// Two quotas whose rules overlap (two SetQuota calls at once): the
+	// later by name is left out and named; the other still counts.
+	if err := b.rdb.HSet(b.ctx, "delayq:{"+b.store.Namespace()+"}:quotadefs", "zz",
+		`{"scope":"zz","rules":"topic=billing.x","max_pending":1,"gen":9}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	qs, err = b.store.Quotas(b.ctx)
+	if !errors.Is(err, shard.ErrCorruptQuota) || !strings.Contains(err.Error(), `the quota of "zz" (HASH quotadefs) is left out`) || len(qs) != 1 {
+		t.Fatalf("overlapping stored quotas: %+v, %v", qs, err)
+	}
+	fresh, err := shard.NewStore(b.rdb, b.store.Namespace()) // a producer that reads the quotas now
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := shard.NewProducer(fresh, fixed(1), shard.ProducerOptions{})
+	for k := range 12 {
+		_, err := p.Enqueue(b.ctx, shard.Message{ID: fmt.Sprintf("billing-o%d", k), Topic: "billing.x", Body: []byte("x"), Delay: time.Hour})
+		if k < 10 && err != nil || k >= 10 && !errors.Is(err, shard.ErrQuota) {
+			t.Fatalf("enqueue %d beside overlapping quotas: %v (billing's quota is 10)", k, err)
+		}
+	}
 }
 
 // TestQuotaCountsFarMessages: far messages count in the quota like near
