@@ -82,6 +82,8 @@ func (s *Store) adopt(ctx context.Context, shards int, q Quota) (int, error) {
 	tag := q.Scope + ":" + strconv.FormatInt(q.Gen, 10)
 	job := "quota-adopt-" + q.Scope + "-" + strconv.FormatInt(q.Gen, 10)
 	f := BulkFilter{All: true, Within: []*scope.Scope{sc}}
+	// A renewal that fails lets the lease expire: another process then
+	// goes on, passing over what is tagged already.
 	renew := func(BulkProgress) { _ = s.rdb.PExpire(ctx, quotaAdoptLeaseKey(s.ns), quotaAdoptLease).Err() }
 	p, err := s.bulkRun(ctx, shards, f, job, 0, []any{"action", "adopt"}, renew,
 		func(ctx context.Context, i int, job string, fs FarSettings, recs []farHeld) ([]int64, error) {
