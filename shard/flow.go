@@ -483,6 +483,12 @@ type Held struct {
 // topic, one Held per shard, in the order of shards; Due counts what is
 // due at nowMs.
 func (s *Store) HeldIn(ctx context.Context, topics []string, shards []int, nowMs int64) (map[string][]Held, error) {
+	return s.setsIn(ctx, topics, shards, nowMs, func(i int, t string) string { return HeldKey(s.ns, i, t) })
+}
+
+// setsIn reads, in one pipeline, the size, due count and head of the ZSET
+// key(i, name) for each name and shard i (HeldIn, BacklogIn).
+func (s *Store) setsIn(ctx context.Context, topics []string, shards []int, nowMs int64, key func(int, string) string) (map[string][]Held, error) {
 	if len(topics) == 0 || len(shards) == 0 {
 		return map[string][]Held{}, nil
 	}
@@ -495,12 +501,12 @@ func (s *Store) HeldIn(ctx context.Context, topics []string, shards []int, nowMs
 	for t, topic := range topics {
 		cmds[t] = make([]pair, len(shards))
 		for j, i := range shards {
-			k := HeldKey(s.ns, i, topic)
+			k := key(i, topic)
 			cmds[t][j] = pair{pipe.ZCard(ctx, k), pipe.ZCount(ctx, k, "-inf", strconv.FormatInt(nowMs, 10)), pipe.ZRangeWithScores(ctx, k, 0, 0)}
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read held messages: %w", err)
+		return nil, fmt.Errorf("read held or set apart messages: %w", err)
 	}
 	out := make(map[string][]Held, len(topics))
 	for t, topic := range topics {

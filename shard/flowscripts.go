@@ -103,45 +103,15 @@ end
 // envelope|nil, attempts, ...}: the claim's reply with, fifth, the number
 // of entries set apart by this call.
 // Complexity: O((k + h + r) log N).
-var claimHoldScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + receiptPrelude + `
+var claimHoldScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + receiptPrelude + holdThenLease + `
 local k, h, t = tonumber(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local held = {}
 for j = 1, t do held[ARGV[5 + j]] = KEYS[4 + j] end
 local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1, 0}
 if #lh > 0 then out[4] = tonumber(lh[2]) end
-local ids, scores, envs, moved, full, ahead = {}, {}, {}, 0, false, 0
-while #ids < k and not full do
-  -- The first read takes what a claim takes; once entries to set apart
-  -- turn up, reads go further ahead.
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', '0', k - #ids + ahead)
-  ahead = 32
-  if #due == 0 then break end
-  local batch = {}
-  for j = 1, #due / 2 do batch[j] = due[2 * j - 1] end
-  local es = redis.call('HMGET', KEYS[2], unpack(batch))
-  local taken, adds = {}, {}
-  for j, id in ipairs(batch) do
-    local topic = topic_of(es[j])
-    local hk = topic and held[topic]
-    if hk then
-      if moved >= h then full = true break end
-      local a = adds[hk]
-      if not a then a = {} adds[hk] = a end
-      a[#a + 1], a[#a + 2] = due[2 * j], id
-      moved = moved + 1
-    elseif #ids < k then
-      ids[#ids + 1], scores[#scores + 1], envs[#envs + 1] = id, due[2 * j], es[j]
-    else
-      break
-    end
-    taken[#taken + 1] = id
-  end
-  if #taken == 0 then break end
-  for hk, a in pairs(adds) do redis.call('ZADD', hk, unpack(a)) end
-  redis.call('ZREM', KEYS[1], unpack(taken))
-end
-out[5] = moved
+local ids, scores, envs = {}, {}, {}
+out[5] = hold_then_lease(k, h, held, ids, scores, envs)
 local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
 if #ids > 0 then
@@ -151,6 +121,53 @@ if #ids > 0 then
 end
 return out
 `)
+
+// holdThenLease is hold_then_lease(k, h, held, ids, scores, envs), the
+// claim of a namespace with topics under flow control (claimHoldScript,
+// and claimFairScript while its shard is not behind): it reads the due
+// entries of the due set KEYS[1] in due order (score <= now, k at first,
+// then up to k + 32 a read), reads their topics from their envelopes in
+// the msg hash KEYS[2] (topicOf), moves each entry of a topic in held
+// (topic -> its held ZSET) into that set with its due time as score (up
+// to h a call), and appends the others, up to k, to ids, scores and envs
+// for lease_all. An entry read but neither moved nor taken stays where it
+// was. It returns how many entries it moved.
+const holdThenLease = `
+local function hold_then_lease(k, h, held, ids, scores, envs)
+  local moved, full, ahead = 0, false, 0
+  while #ids < k and not full do
+    -- The first read takes what a claim takes; once entries to set apart
+    -- turn up, reads go further ahead.
+    local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', '0', k - #ids + ahead)
+    ahead = 32
+    if #due == 0 then break end
+    local batch = {}
+    for j = 1, #due / 2 do batch[j] = due[2 * j - 1] end
+    local es = redis.call('HMGET', KEYS[2], unpack(batch))
+    local taken, adds = {}, {}
+    for j, id in ipairs(batch) do
+      local topic = topic_of(es[j])
+      local hk = topic and held[topic]
+      if hk then
+        if moved >= h then full = true break end
+        local a = adds[hk]
+        if not a then a = {} adds[hk] = a end
+        a[#a + 1], a[#a + 2] = due[2 * j], id
+        moved = moved + 1
+      elseif #ids < k then
+        ids[#ids + 1], scores[#scores + 1], envs[#envs + 1] = id, due[2 * j], es[j]
+      else
+        break
+      end
+      taken[#taken + 1] = id
+    end
+    if #taken == 0 then break end
+    for hk, a in pairs(adds) do redis.call('ZADD', hk, unpack(a)) end
+    redis.call('ZREM', KEYS[1], unpack(taken))
+  end
+  return moved
+end
+`
 
 // preHoldScript sets apart, ahead of time, the entries of controlled
 // topics that fall due within the next lookahead ms, so that when they
@@ -246,9 +263,12 @@ return {#ids, #gone, full}
 //	KEYS[1] held ZSET of the topic   KEYS[2] msg HASH   KEYS[3] inflight ZSET
 //	KEYS[4] attempts HASH
 //	ARGV[1] n (>= 1)   ARGV[2] lease ms
+//	KEYS[5] counters HASH, ARGV[3] a field of it (optional: a class's
+//	backlog, fair.go, counts its releases there)
 //
 // Takes the n earliest held entries whose score (their due time) has
-// passed, in due order, and leases them as the claim does.
+// passed, in due order, and leases them as the claim does (and adds
+// their number to the counter, when given).
 // Returns {now, head, left, lease deadline, id, token, scheduled,
 // envelope|nil, attempts, ...}: head is the due time of the earliest entry
 // still held (-1 if none), left how many are still held.
@@ -263,6 +283,7 @@ if #ids > 0 then
   local es = redis.call('HMGET', KEYS[2], unpack(ids))
   for j = 1, #ids do envs[j] = es[j] end
   out[4] = lease_all(KEYS[3], KEYS[4], ids, scores, envs, tonumber(ARGV[2]), out)
+  if KEYS[5] then redis.call('HINCRBY', KEYS[5], ARGV[3], #ids) end
 end
 local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
@@ -412,6 +433,8 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 // cancel found it in its topic's held set rather than in the due set).
 //
 //	KEYS[1] held ZSET   KEYS[2] msg HASH   KEYS[3] attempts HASH   KEYS[4] due ZSET
+//	KEYS[4+j] more sets it may wait in (optional: the class backlogs of
+//	the shard, fair.go), looked at in turn when KEYS[1] has not got it
 //	ARGV[1] id   ARGV[2] "cancel" | "delay" | "at"   ARGV[3] delay ms or due ms
 //	ARGV[4] wake channel   ARGV[5] shard index
 //
@@ -419,9 +442,15 @@ return redis.call('HDEL', KEYS[1], ARGV[1])
 // back to the due set at the new time, announced when it is the shard's
 // new head (it is held again if its topic is still controlled when it
 // falls due).
-// Returns {1, due} done, {0, 0} not held here. Complexity: O(log N).
+// Returns {1, due} done, {0, 0} not held here. Complexity: O(log N) a
+// set looked at.
 var cancelHeldScript = redis.NewScript(nowMs + metaOf + wakeIfHead + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return {0, 0} end
+local found = redis.call('ZREM', KEYS[1], ARGV[1])
+for j = 5, #KEYS do
+  if found == 1 then break end
+  found = redis.call('ZREM', KEYS[j], ARGV[1])
+end
+if found == 0 then return {0, 0} end
 if ARGV[2] == 'cancel' then
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])

@@ -47,7 +47,10 @@ type counterTotals struct {
 	Enqueued  int64            `json:"e"`
 	Published int64            `json:"p"`
 	Dead      int64            `json:"d"`
-	Late      map[string]int64 `json:"l,omitempty"` // class -> publishes
+	Late      map[string]int64 `json:"l,omitempty"` // lateness bucket -> publishes
+	// Released counts what each release class let go from its backlog
+	// (fair.go): class -> messages.
+	Released map[string]int64 `json:"r,omitempty"`
 }
 
 // ratesSampleScript takes a sample of the fleet's counters when none was
@@ -95,7 +98,7 @@ func (s *Store) SampleRates(ctx context.Context, interval time.Duration) (bool, 
 	if _, err := pipe.Exec(ctx); err != nil && n > 0 {
 		return false, fmt.Errorf("rates: read the counters: %w", err)
 	}
-	t := counterTotals{Late: map[string]int64{}}
+	t := counterTotals{Late: map[string]int64{}, Released: map[string]int64{}}
 	var bad error // a counter that is not a number (only a hand could write one): left out, said
 	for i, c := range cmds {
 		for f, v := range c.Val() {
@@ -115,6 +118,8 @@ func (s *Store) SampleRates(ctx context.Context, interval time.Duration) (bool, 
 				t.Dead += x
 			case strings.HasPrefix(f, "late:"):
 				t.Late[f[len("late:"):]] += x
+			case strings.HasPrefix(f, "released:"):
+				t.Released[f[len("released:"):]] += x
 			}
 		}
 	}
@@ -145,6 +150,9 @@ type Rates struct {
 	Enqueued, Published, Dead float64
 	// Lateness is the p99 of the window's publishes.
 	Lateness LatenessP99
+	// Released is, by release class, the messages a second it let go
+	// from its backlog while the fleet was behind (fair.go).
+	Released map[string]float64
 	Points   []RatePoint // one per pair of consecutive samples, oldest first
 	// Sampled is the time the window's samples span: less than Window
 	// when the fleet started (or stopped sampling) within it.
@@ -220,12 +228,21 @@ func (s *Store) Rates(ctx context.Context, window time.Duration) (Rates, error) 
 	r.Sampled = last.at.Sub(first.at)
 	if sec := r.Sampled.Seconds(); sec > 0 {
 		var e, p, d int64
-		late := map[string]int64{}
+		late, released := map[string]int64{}, map[string]int64{}
 		for j := 1; j < len(samples); j++ { // by intervals, so that a reset counts as no change
 			de, dp, dd, dl := delta(samples[j-1].t, samples[j].t)
 			e, p, d = e+de, p+dp, d+dd
 			for c, n := range dl {
 				late[c] += n
+			}
+			for c, n := range samples[j].t.Released {
+				released[c] += max(0, n-samples[j-1].t.Released[c])
+			}
+		}
+		if len(released) > 0 {
+			r.Released = make(map[string]float64, len(released))
+			for c, n := range released {
+				r.Released[c] = float64(n) / sec
 			}
 		}
 		r.Enqueued, r.Published, r.Dead, r.Lateness = float64(e)/sec, float64(p)/sec, float64(d)/sec, p99Of(late)

@@ -17,7 +17,7 @@ type call struct {
 
 // sentOnce are the scripts the Redis client never sends a second time
 // after a connection error (see noRetry): the claims.
-var sentOnce = map[*redis.Script]bool{claimScript: true, claimHoldScript: true}
+var sentOnce = map[*redis.Script]bool{claimScript: true, claimHoldScript: true, claimFairScript: true}
 
 // run is how every script runs: the calls go to Redis in one pipeline
 // (one round trip) by EVALSHA. Calls that Redis refused with NOSCRIPT

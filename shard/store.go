@@ -149,6 +149,11 @@ func (s *Store) ClaimHolding(ctx context.Context, shards []int, k int, lease tim
 // A nil c claims as ClaimHolding. Claims are never sent twice by the Redis
 // client: a failed one is the caller's to retry.
 func (s *Store) ClaimFor(ctx context.Context, c *Claimant, shards []int, k int, lease time.Duration, topics []string) ([]ClaimResult, []error) {
+	return s.claimWith(ctx, c, shards, k, lease, topics, nil)
+}
+
+// claimWith is ClaimFor, and ClaimFair with a plan of classes.
+func (s *Store) claimWith(ctx context.Context, c *Claimant, shards []int, k int, lease time.Duration, topics []string, plan *ClassPlan) ([]ClaimResult, []error) {
 	res, errs := make([]ClaimResult, len(shards)), make([]error, len(shards))
 	if k < 1 {
 		for j, i := range shards {
@@ -163,6 +168,14 @@ func (s *Store) ClaimFor(ctx context.Context, c *Claimant, shards []int, k int, 
 	calls := make([]call, len(shards))
 	for j, i := range shards {
 		ks := ShardKeys(s.ns, i)
+		if plan != nil {
+			var rkey, nonce string
+			if c != nil {
+				rkey, nonce = rkeys[j], nonces[j]
+			}
+			calls[j] = s.fairClaim(i, k, lease, topics, plan, rkey, nonce)
+			continue
+		}
 		if len(topics) == 0 {
 			keys := []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts}
 			args := []any{k, lease.Milliseconds(), MaxReap, k + 1}
@@ -193,7 +206,7 @@ func (s *Store) ClaimFor(ctx context.Context, c *Claimant, shards []int, k int, 
 			}
 			continue
 		}
-		if len(topics) == 0 {
+		if len(topics) == 0 && plan == nil {
 			res[j], errs[j] = parseClaim(shards[j], v, 4)
 		} else {
 			res[j], errs[j] = parseClaim(shards[j], v, 5)
@@ -653,6 +666,12 @@ func (s *Store) CancelAhead(ctx context.Context, i int, id string, window time.D
 		} else if held {
 			return nil
 		}
+		// Or in its class's backlog, set apart while the shard is behind.
+		if _, waits, err := s.changeBacklog(ctx, i, id, "cancel", 0); err != nil {
+			return fmt.Errorf("cancel %q in shard %d: %w", id, i, err)
+		} else if waits {
+			return nil
+		}
 		return fmt.Errorf("cancel %q: %w", id, ErrNotFound)
 	case n == -1:
 		return fmt.Errorf("cancel %q: %w", id, ErrInFlight)
@@ -697,6 +716,11 @@ func (s *Store) rescheduleOnce(ctx context.Context, i int, id, mode string, ms i
 		} else if held {
 			return due, nil
 		}
+		if due, waits, err := s.changeBacklog(ctx, i, id, mode, ms); err != nil {
+			return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
+		} else if waits {
+			return due, nil
+		}
 		if due, far, err := s.rescheduleFar(ctx, i, id, mode, ms); err != nil {
 			return 0, fmt.Errorf("reschedule %q in shard %d: %w", id, i, err)
 		} else if far {
@@ -719,7 +743,10 @@ const (
 	StateDead      State = "dead"
 	// StateHeld: due, and waiting for its topic's rate limit or pause to
 	// let it go (flow control at release).
-	StateHeld    State = "held"
+	StateHeld State = "held"
+	// StateBacklog: due, set apart in its class's backlog while the fleet
+	// is behind, waiting for the class's turn (fair release, fair.go).
+	StateBacklog State = "backlog"
 	StateUnknown State = "unknown" // never enqueued, or delivered, or cancelled
 )
 
@@ -741,6 +768,7 @@ type Info struct {
 	Reason    string    // why it is dead
 	NowMs     int64     // Redis clock when inspected
 	Far       bool      // scheduled, waiting in the far-future tier (doc.go)
+	Class     string    // the class whose backlog it waits in (StateBacklog)
 
 	farEntry    string // its far index entry, "<b>:<seq>" (Far)
 	farEnvelope []byte // its record's envelope, as stored (Far)
@@ -802,6 +830,16 @@ func (s *Store) inspectOnce(ctx context.Context, i int, id string) (Info, error)
 			}
 		case !errors.Is(err, redis.Nil):
 			return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
+		}
+	}
+	if info.State == StateUnknown && (info.Envelope != nil || info.Corrupt != nil) {
+		if class, due, waits, err := s.inBacklog(ctx, i, id); err != nil {
+			return Info{}, fmt.Errorf("inspect %q in shard %d: %w", id, i, err)
+		} else if waits {
+			info.State, info.At, info.Class = StateBacklog, time.UnixMilli(due), class
+			if info.Scheduled.IsZero() {
+				info.Scheduled = info.At
+			}
 		}
 	}
 	if info.State == StateUnknown {
