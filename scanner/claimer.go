@@ -46,8 +46,9 @@ type claimer struct {
 	k         int
 	lease     time.Duration
 	reqs      chan claimRequest
-	hold      func() []string        // the topics under flow control, which claims set apart
-	recovered func(n int, err error) // after each Recover: messages re-queued, and its error
+	hold      func() []string         // the topics under flow control, which claims set apart
+	plan      func() *shard.ClassPlan // the release classes, by which a late shard's claims set apart (nil: none)
+	recovered func(n int, err error)  // after each Recover: messages re-queued, and its error
 }
 
 type claimRequest struct {
@@ -60,8 +61,8 @@ type claimReply struct {
 	err error
 }
 
-func newClaimer(store *shard.Store, k int, lease time.Duration, hold func() []string, recovered func(int, error)) *claimer {
-	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline), hold: hold, recovered: recovered}
+func newClaimer(store *shard.Store, k int, lease time.Duration, hold func() []string, plan func() *shard.ClassPlan, recovered func(int, error)) *claimer {
+	return &claimer{store: store, k: k, lease: lease, reqs: make(chan claimRequest, maxClaimPipeline), hold: hold, plan: plan, recovered: recovered}
 }
 
 // claim asks for a claim on shard i and waits for its outcome; reply is
@@ -125,7 +126,7 @@ func (c *claimer) run(life, workCtx context.Context) {
 			}
 			continue
 		}
-		res, errs := c.store.ClaimFor(workCtx, me, shards, c.k, c.lease, c.hold())
+		res, errs := c.store.ClaimFair(workCtx, me, shards, c.k, c.lease, c.hold(), c.plan())
 		for j, r := range batch {
 			r.reply <- claimReply{res: res[j], err: errs[j]}
 		}

@@ -447,7 +447,7 @@ func (s *Scanner) releaseTopic(ctx, workCtx context.Context, t string, h *heldTo
 		if at == 0 {
 			at = hc.NowMs
 		}
-		s.deliver(workCtx, i, hc.NowMs, hc.Msgs, t, at)
+		s.deliver(workCtx, i, hc.NowMs, hc.Msgs, origin{topic: t, apart: true}, at)
 	}
 	if unused := g.N - claimed; unused > 0 {
 		if rerr := s.d.Store.Refund(workCtx, f, g, unused); rerr != nil && err == nil {

@@ -67,6 +67,14 @@ type Metrics struct {
 	// here). The scope label takes the scopes file's names.
 	ScopePublished *prometheus.CounterVec
 	ScopeLateness  *prometheus.HistogramVec
+	// ClassReleased counts messages the class releasers let go from a
+	// class's backlog while the fleet was behind (fair.go); ClassLateness
+	// is their confirm time minus due time. Those of a class of weight 0,
+	// late by choice, are kept out of Lateness (as a limit's are); the
+	// others are in it too: their lateness is the fleet's, shared by
+	// weight. The class label takes the classes' names.
+	ClassReleased *prometheus.CounterVec
+	ClassLateness *prometheus.HistogramVec
 }
 
 // Dead-letter reasons, the values of the reason label.
@@ -124,12 +132,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ScopeLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "delayq", Name: "scope_lateness_seconds",
 			Help:    "Broker confirm time minus due time, by the scope (team) of the message.",
 			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}}, []string{"scope"}),
+		ClassReleased: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "delayq", Name: "class_released_total",
+			Help: "Messages released from a release class's backlog while the fleet was behind."}, []string{"class"}),
+		ClassLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "delayq", Name: "class_lateness_seconds",
+			Help:    "Broker confirm time minus due time of messages released from a release class's backlog.",
+			Buckets: []float64{.001, .01, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400}}, []string{"class"}),
 	}
 	for _, r := range []string{ReasonCorrupt, ReasonNoRoute, ReasonExchangeMissing, ReasonReturned, ReasonNacked} {
 		m.Dead.WithLabelValues(r) // export zeros, so alerts on rate() work from the start
 	}
 	reg.MustRegister(m.Claimed, m.Published, m.Redelivered, m.Released, m.Reaped, m.LostLeases, m.Recovered, m.FarPromoted, m.FarPromotionAhead, m.FarCompacted, m.EmptyClaims, m.Dead, m.Occurrences, m.OccurrencesSkipped,
-		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness, m.ScopePublished, m.ScopeLateness)
+		m.Lateness, m.ClaimLateness, m.ClaimTime, m.ConfirmTime, m.FlowReleased, m.FlowLateness, m.ScopePublished, m.ScopeLateness,
+		m.ClassReleased, m.ClassLateness)
 	return m
 }
 

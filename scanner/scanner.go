@@ -233,6 +233,7 @@ type Scanner struct {
 	acks          *ackBatcher
 	claims        *claimer
 	flow          *flowControl // flow control at release (flow.go)
+	fair          *fairControl // fair release across classes (fair.go)
 	claimsFailing atomic.Bool  // the last claim failed: sweep at the next that does not (sweep.go)
 
 	mu       sync.Mutex
@@ -300,7 +301,8 @@ func New(cfg Config, d Deps) (*Scanner, error) {
 		failed: make(chan *sent, 2*cfg.Window)}
 	s.acks = newAckBatcher(d.Store, d.Metrics, s.errLog.warn)
 	s.flow = newFlowControl()
-	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics, s.recovered)
+	s.fair = newFairControl(cfg.Window)
+	s.claims = newClaimer(d.Store, cfg.ClaimBatch, cfg.Lease, s.flow.holdTopics, s.fair.currentPlan, s.recovered)
 	return s, nil
 }
 
@@ -322,7 +324,8 @@ func (s *Scanner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.readFlows(ctx) // the first claims already set limited and paused topics apart
+	s.readFlows(ctx)   // the first claims already set limited and paused topics apart
+	s.readClasses(ctx) // and a late shard's messages by class
 	s.state = running
 	// The loops live until Stop (each stage's own context, not ctx); the
 	// Redis and AMQP calls of a claim, publish, settle or ack under way
@@ -355,6 +358,10 @@ func (s *Scanner) Start(ctx context.Context) error {
 	st.wg.Go(func() { s.board.run(claimCtx, s.cfg.PatrolInterval) })
 	st.wg.Go(func() { s.refreshFlows(claimCtx) })
 	st.wg.Go(func() { s.releaseHeld(claimCtx, workCtx) })
+	st.wg.Go(func() { s.refreshClasses(claimCtx) })
+	for range fairReleasers {
+		st.wg.Go(func() { s.releaseBacklogs(claimCtx, workCtx) })
+	}
 	st.wg.Go(func() { s.promoteFar(claimCtx, workCtx) })
 	st.wg.Go(func() { s.maintainQuotas(claimCtx, workCtx) })
 	st.wg.Go(func() { s.adoptQuotas(claimCtx) })
@@ -554,6 +561,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 		s.d.Metrics.Reaped.Add(float64(res.Reaped))
 		if res.Held > 0 {
 			s.flow.heldIn(i)
+			s.fair.heardIn(i)
 		}
 		if len(res.Msgs) == 0 {
 			if res.Reaped == 0 {
@@ -565,7 +573,7 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 			s.d.Metrics.ClaimLateness.Observe(float64(max(0, res.NowMs-res.Msgs[j].DueMs)) / 1e3)
 		}
 		total += len(res.Msgs)
-		s.deliver(workCtx, i, res.NowMs, res.Msgs, "", 0)
+		s.deliver(workCtx, i, res.NowMs, res.Msgs, origin{}, 0)
 		// The claim read one entry past its batch: the new head. When it
 		// is not due yet (or the shard is empty), and no more leases have
 		// expired, another claim would come back empty.
@@ -576,10 +584,10 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 	return total, false, nil
 }
 
-// deliver publishes a claimed batch of shard i (held messages of topic
-// held, released by the releaser at releasedMs, the Redis clock of its
-// grant; "" and 0 for a claim's); each confirm is settled where it is
-// read (settle.go). It returns once the batch is published, so the worker
+// deliver publishes a claimed batch of shard i, let go by from (a claim,
+// or a releaser: of a topic under flow control at releasedMs, the Redis
+// clock of its grant, 0 otherwise; or of a class's backlog); each confirm
+// is settled where it is read (settle.go). It returns once the batch is published, so the worker
 // can claim again while confirms are under way.
 // Each message holds a place in the window (taken before the claim) until
 // it is settled: here if it is not published, else on its confirm or by
@@ -588,11 +596,11 @@ func (s *Scanner) visit(claimCtx, workCtx context.Context, i int, reply chan cla
 // claim's Redis clock, among others) is dead-lettered, one that cannot be
 // published now is released. What cannot be settled (Redis unreachable,
 // shutdown deadline) stays leased and comes back.
-func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed, held string, releasedMs int64) {
+func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.Claimed, from origin, releasedMs int64) {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	w := s.windowOf(held)
+	w := s.windowOf(from)
 	for j := range msgs {
 		c := &msgs[j]
 		m, span, sc, dead, err := s.prepare(pctx, i, nowMs, c, releasedMs)
@@ -610,7 +618,7 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 			w.Release(1)
 			continue
 		}
-		if err := s.publish(pctx, i, c, m, deadline, held, sc, span); err != nil {
+		if err := s.publish(pctx, i, c, m, deadline, from, sc, span); err != nil {
 			s.release(ctx, i, c, err)
 			endSpan(span, "released for a retry", err.Error(), false)
 			w.Release(1)
@@ -618,11 +626,25 @@ func (s *Scanner) deliver(ctx context.Context, i int, nowMs int64, msgs []shard.
 	}
 }
 
-// windowOf is the window a message's place was taken from: the releaser's
-// for a held topic's, else the claims'.
-func (s *Scanner) windowOf(held string) *semaphore.Weighted {
-	if held != "" {
+// origin says what let a claimed message go: a claim (the zero origin),
+// the releaser of a topic under flow control, or the releasers of a
+// class's backlog (fair.go).
+type origin struct {
+	topic string // flow control: the topic whose grant released it
+	class string // fair release: the class whose turn released it
+	// apart: its lateness was chosen (a limit, a pause, a class of weight
+	// 0) and is kept out of the fleet's lateness.
+	apart bool
+}
+
+// windowOf is the window a message's place was taken from: the flow
+// releaser's, the class releasers', or the claims'.
+func (s *Scanner) windowOf(from origin) *semaphore.Weighted {
+	switch {
+	case from.topic != "":
 		return s.releaseWindow
+	case from.class != "":
+		return s.fair.window
 	}
 	return s.window
 }

@@ -20,7 +20,7 @@ type sent struct {
 	c         shard.Claimed
 	deadline  time.Time // publish + confirm must be done by then, else release
 	published time.Time
-	held      string     // the topic whose releaser let it go, "" when a claim took it
+	from      origin     // what let it go: a claim, or a releaser
 	scope     string     // the scope it belongs to (Deps.Scopes), "" for none
 	span      trace.Span // its publish span; nil when tracing is off
 	// settled is set once, by whichever comes first: its confirm, or the
@@ -80,8 +80,8 @@ func (s *Scanner) watchEvery() time.Duration {
 // that waits (for a connection, or while the broker blocks publishers)
 // ends at ctx's deadline, the message's own, and its caller settles it;
 // were the watch to take it meanwhile, both would.
-func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, held, scope string, span trace.Span) error {
-	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), held: held, scope: scope, span: span}
+func (s *Scanner) publish(ctx context.Context, i int, c *shard.Claimed, m publisher.Message, deadline time.Time, from origin, scope string, span trace.Span) error {
+	x := &sent{shard: i, c: *c, deadline: deadline, published: time.Now(), from: from, scope: scope, span: span}
 	s.watch.open.Add(1) // before the publish: its confirm may come before the append below
 	if err := s.d.Publisher.PublishNotify(ctx, m, func(err error) { s.onConfirm(x, err) }); err != nil {
 		s.watch.open.Add(-1)
@@ -115,11 +115,16 @@ func (s *Scanner) onConfirm(m *sent, err error) {
 	s.d.Metrics.ConfirmTime.Observe(now.Sub(m.published).Seconds())
 	lateBy := max(0, now.Sub(time.UnixMilli(m.c.DueMs)))
 	late := lateBy.Seconds()
-	if m.held == "" {
-		observe(s.d.Metrics.Lateness, late, m.span)
-	} else { // the lateness its topic's limit or pause chose: apart
-		s.d.Metrics.FlowLateness.WithLabelValues(m.held).Observe(late)
+	switch {
+	case m.from.topic != "": // the lateness its topic's limit or pause chose: apart
+		s.d.Metrics.FlowLateness.WithLabelValues(m.from.topic).Observe(late)
+	case m.from.class != "": // released from its class's backlog
+		s.d.Metrics.ClassLateness.WithLabelValues(m.from.class).Observe(late)
+	}
+	if m.from.apart {
 		lateBy = -1
+	} else {
+		observe(s.d.Metrics.Lateness, late, m.span)
 	}
 	if m.scope != "" {
 		s.d.Metrics.ScopePublished.WithLabelValues(m.scope).Inc()
@@ -130,7 +135,7 @@ func (s *Scanner) onConfirm(m *sent, err error) {
 	}
 	s.acks.add(m.shard, shard.Confirmed{Lease: m.c.Lease, Late: lateBy})
 	endSpan(m.span, "", "", false)
-	s.windowOf(m.held).Release(1) // this message no longer counts against its window
+	s.windowOf(m.from).Release(1) // this message no longer counts against its window
 	s.watch.open.Add(-1)
 }
 
@@ -208,7 +213,7 @@ func (s *Scanner) settleFailed(ctx context.Context) {
 			s.release(ctx, m.shard, &m.c, err)
 			endSpan(m.span, "released for a retry", err.Error(), false)
 		}
-		s.windowOf(m.held).Release(1)
+		s.windowOf(m.from).Release(1)
 	}
 }
 

@@ -25,6 +25,7 @@
 //	                              the key expires with its last entry
 //	delayq:{ns:i}:held:<topic>  ZSET  under flow control: id -> due (HeldKey)
 //	delayq:{ns:i}:prehold       HASH  under flow control: PreHold's cursor
+//	delayq:{ns:i}:class:<name>  ZSET  behind, with release classes: id -> due (BacklogKey)
 //	delayq:{ns:i}:schedule:<name> HASH a recurring schedule (ScheduleKey)
 //	delayq:{ns:i}:claimed:<claimant>:<n> STRING what a claim leased, expiring
 //	                              with the lease (receipts.go)
@@ -436,48 +437,63 @@
 // of the quota for at most 16 s. quota.go has the keys, the steps and
 // the bounds; quotascripts.go the scripts.
 //
-// # Fair release across classes (the design; not built yet)
+// # Fair release across classes
 //
 // When the fleet is behind (after an outage, or a campaign due at one
-// instant), releases go in due order today, so a message of a small,
-// urgent class waits behind the whole backlog. The plan, built on flow
-// control's pieces:
+// instant), releases in due order make a message of a small, urgent class
+// wait behind the whole backlog. Release classes (fair.go,
+// fairscripts.go; the scanner's part in scanner/fair.go) share the
+// fleet's releases by weight instead, only while it is behind:
 //
-//   - Classes: a class names topic patterns (a scope's, where scopes
-//     exist) and has a weight (1..1000), "strict" (before every weighted
-//     class) or 0 (only when no other class waits). Kept in the
-//     namespace's HASH delayq:{ns}:classes beside the flows, set from the
-//     routes file, the CLI, the API and the console; patterns of two
-//     classes may not overlap; a topic of no class is in the default
-//     class, weight 1.
-//   - Nothing changes while nothing is overdue: the claim compares its
-//     shard's head with now less a threshold (500 ms), which it reads
-//     anyway. Behind, the claim sets overdue entries apart into per-shard
-//     per-class backlog sets, delayq:{ns:i}:class:<c> (ZSET id -> due, in
-//     the shard's slot), at most 128 a call, exactly as it sets limited
-//     topics apart into their held sets: no class waits behind another's
-//     entries, and the work of a call stays bounded.
-//   - Shares without a leader: one stride scheduler per namespace, a HASH
-//     delayq:{ns}:fair in the namespace's slot (like a topic's token
-//     bucket): a class's pass, and whether it has a backlog. A releaser
-//     asks one script which class goes next for k messages: strict
-//     classes first, then the smallest pass among the weighted ones with a
-//     backlog, whose pass grows by k / weight; a class coming back from
-//     idle starts at the smallest pass, so it cannot bank an idle spell.
-//     The releaser then claims up to k of that class from its shards'
-//     backlog sets (earliest heads first, as ClaimHeld does) and gives
-//     back what it found nothing for. Every release of the fleet goes
-//     through the one pass table, so the shares hold over any window
-//     whatever the number of processes. Two calls a release (pick, then
-//     claim), each in one slot: Redis Cluster works as for flow control.
-//   - A topic with a flow limit stays in its held set (its limit first);
-//     the shares apply among what may go. A resize changes nothing: the
-//     scanners cover every shard below the high-water mark, backlog sets
-//     included. A lease that expires puts a message back in the due set,
-//     where the next claim sets it apart again: nothing is lost or early.
-//   - Visible: each class's backlog and release rate (counters in the
-//     shards' counters), its lateness apart from the rest as a limit's
-//     is (HeaderReleasedMs), in delayq stats, the console and metrics.
+//   - Classes: a class names topic patterns (a topic, or a prefix ending
+//     in *) and has a weight (1..1000), or is strict (before every
+//     weighted class), or has weight 0 (only when no other class has
+//     anything due waiting). Kept in the namespace's HASH
+//     delayq:{ns}:classes (ClassesKey), set from the routes file, the CLI,
+//     the API and the console; every change is a compare-and-set script
+//     that refuses patterns overlapping another class's (ErrOverlap,
+//     naming both), so a topic belongs to one class. A topic no class
+//     names is in the default class (DefaultClass), weight 1 unless set.
+//     At most 32 classes.
+//   - Nothing changes while nothing is late: the claim of a namespace with
+//     classes (ClaimFair, claimFairScript) reads its shard's head, which
+//     it reads anyway; only when the head is more than FairAfter (500 ms)
+//     late, or the shard's backlog sets hold anything, is the shard behind.
+//     Then the claim leases nothing and moves up to 128 due entries into
+//     the backlog set of their topic's class, delayq:{ns:i}:class:<name>
+//     (BacklogKey: ZSET id -> due, in the shard's slot), taking half from
+//     the latest due and half from the earliest: what falls due now
+//     reaches its class within one claim however long the backlog before
+//     it, while the backlog is set apart from its oldest end. A topic
+//     under flow control goes to its held set as always (its limit
+//     first: the shares apply among what may go).
+//   - Releases: ClaimBacklog leases a class's earliest due entries in a
+//     shard (claimHeldScript) and counts them in the shard's counters
+//     (released:<class>, for the rates). Within a class, due order holds
+//     in a shard and closely across shards, as for a limited topic.
+//   - Shares without a leader: every scanner process runs a stride
+//     scheduler over the classes with something due waiting (a turn of n
+//     messages costs the class n/weight of pass; the smallest pass goes
+//     next; a class back from idle starts at the smallest pass of the
+//     others, so an idle spell earns nothing). Each process's releases
+//     split by weight, so the fleet's do. The design first had one pass
+//     table in Redis for the fleet; it would give the same shares for one
+//     more round trip to one slot on every release of the fleet, so each
+//     process keeps its own.
+//   - Crashes, resizes, Cluster: a released message is leased as a claim
+//     leases it, so a scanner killed after the release loses nothing: the
+//     lease expires into the due set, where the next claim sets it apart
+//     again. Nothing is moved or released before it is due (both compare
+//     with the Redis clock). A resize changes nothing: the releasers scan
+//     every shard below the high-water mark. Every script touches one
+//     slot, so Redis Cluster works as for flow control.
+//   - Cancel, reschedule and inspect find a message in any class's backlog
+//     of its shard (StateBacklog), whatever its topic's class is now. A
+//     deleted class names no topic from then on, and is kept (DeletedMs)
+//     until its backlogs are empty, then forgotten by the scanners.
+//   - Not guaranteed: List, Browse, the due profile and the shard counts
+//     do not show what waits in a backlog (it is due: ClassStatuses counts
+//     it by class); bulk jobs by filter do not reach it.
 //
 // # Packages
 //
