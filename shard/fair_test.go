@@ -164,7 +164,7 @@ func exerciseFairClaim(t *testing.T, st *shard.Store) {
 func TestClassesBadInput(t *testing.T) {
 	b := setup(t, 1)
 	ctx := b.ctx
-	if _, err := b.store.SetClass(ctx, shard.Class{Name: "urgent", Topics: []string{"auth.*", "pay.timeout"}, Weight: 3}, "test"); err != nil {
+	if _, err := b.store.SetClass(ctx, shard.Class{Name: "urgent", Topics: []string{"auth.*", "pay.timeout"}, Weight: 3}, "cli a person"); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -181,7 +181,7 @@ func TestClassesBadInput(t *testing.T) {
 		{shard.Class{Name: "twice", Topics: []string{"auth.code"}, Weight: 1}, "topics"},
 		{shard.Class{Name: "wider", Topics: []string{"pay*"}, Weight: 1}, "topics"},
 	} {
-		_, err := b.store.SetClass(ctx, c.class, "test")
+		_, err := b.store.SetClass(ctx, c.class, "api a person")
 		var ie *shard.InvalidError
 		if !errors.As(err, &ie) || ie.Field != c.field {
 			t.Errorf("%+v: %v; want invalid %s", c.class, err, c.field)

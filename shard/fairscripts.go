@@ -150,8 +150,7 @@ if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
   return {1, ''}
 end
-local function live_topics(v)
-  local js = string.match(v, '^%S+ (.*)$') or v
+local function live_topics(js)
   local ok, d = pcall(cjson.decode, js)
   if not ok or type(d) ~= 'table' then return {} end
   if d.deleted_ms and d.deleted_ms ~= 0 then return {} end
@@ -172,7 +171,7 @@ if #mine > 0 then
   local all = redis.call('HGETALL', KEYS[1])
   for j = 1, #all, 2 do
     if all[j] ~= ARGV[1] then
-      for _, q in ipairs(live_topics(all[j + 1])) do
+      for _, q in ipairs(live_topics(string.match(all[j + 1], '^%d+ (.*)$') or '')) do
         for _, p in ipairs(mine) do
           if type(q) == 'string' and overlap(p, q) then return {-1, all[j], q, p} end
         end

@@ -276,6 +276,7 @@ func (a *API) MaySchedule(ctx context.Context, c scope.Caller, role Role, name s
 func (a *API) ReadStatsFor(ctx context.Context, c scope.Caller) (Stats, error) {
 	st, err := a.ReadStats(ctx)
 	st.Flows = flowsOf(c, st.Flows)
+	st.Classes = classesOf(c, st.Classes)
 	return st, err
 }
 

@@ -61,6 +61,7 @@ func newScopedFixture(t *testing.T) *fixture {
 		{"PUT", "/v1/schedules/billing-nightly", `{"spec":"30 2 * * *","message":{"topic":"billing.x","body":"run"}}`},
 		{"PUT", "/v1/flows/billing.x", `{"rate":10}`},
 		{"PUT", "/v1/quotas/billing", `{"max_pending":1000}`},
+		{"PUT", "/v1/classes/bills", `{"topics":["billing.x"],"weight":2}`},
 	} {
 		if code, _ := f.raw(c.method, c.path, adminToken, c.body); code >= 300 {
 			t.Fatalf("setup %s %s: %d", c.method, c.path, code)
@@ -108,7 +109,12 @@ func billingState(t *testing.T, f *fixture) string {
 		t.Fatal(err)
 	}
 	q, _ := json.Marshal(quotas)
-	return strings.Join(append(out, string(b), string(q)), "\n")
+	classes, err := f.st.Classes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := json.Marshal(classes)
+	return strings.Join(append(out, string(b), string(q), string(c)), "\n")
 }
 
 // TestScopeMatrix: every route of the OpenAPI document, sent by each
@@ -148,6 +154,9 @@ func TestScopeMatrix(t *testing.T) {
 		"GET /v1/quotas":                    {{"/v1/quotas", ""}},
 		"PUT /v1/quotas/{scope}":            {{"/v1/quotas/billing", `{"max_pending":5}`}, {"/v1/quotas/search", `{"max_pending":5000000}`}},
 		"DELETE /v1/quotas/{scope}":         {{"/v1/quotas/billing", ""}},
+		"GET /v1/classes":                   {{"/v1/classes", ""}},
+		"PUT /v1/classes/{name}":            {{"/v1/classes/bills", `{"topics":["search.q"]}`}, {"/v1/classes/mine", `{"topics":["search.*"],"strict":true}`}},
+		"DELETE /v1/classes/{name}":         {{"/v1/classes/bills", ""}},
 		"PUT /v1/flows/{topic}":             {{"/v1/flows/billing.x", `{"rate":1}`}},
 		"POST /v1/flows/{topic}/pause":      {{"/v1/flows/billing.x/pause", `{}`}},
 		"POST /v1/flows/{topic}/resume":     {{"/v1/flows/billing.x/resume", `{}`}},

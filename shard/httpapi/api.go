@@ -114,6 +114,9 @@ func New(o Options) *API {
 	a.handle("GET /v1/quotas", listed(RoleRead), a.quotas)
 	a.handle("PUT /v1/quotas/{scope}", inNamespace(RoleAdmin), a.putQuota)
 	a.handle("DELETE /v1/quotas/{scope}", inNamespace(RoleAdmin), a.deleteQuota)
+	a.handle("GET /v1/classes", listed(RoleRead), a.classes)
+	a.handle("PUT /v1/classes/{name}", inNamespace(RoleAdmin), a.putClass)
+	a.handle("DELETE /v1/classes/{name}", inNamespace(RoleAdmin), a.deleteClass)
 	a.handle("GET /v1/flows", listed(RoleRead), a.flows)
 	a.handle("PUT /v1/flows/{topic}", onTopic(RoleOperate), a.changeFlowHandler("limit"))
 	a.handle("POST /v1/flows/{topic}/pause", onTopic(RoleOperate), a.changeFlowHandler("pause"))
@@ -638,6 +641,9 @@ type Stats struct {
 	// Flows are the topics under flow control, with what each holds back
 	// (held messages are not in the shards' due counts).
 	Flows []Flow `json:"flows,omitempty"`
+	// Classes are the release classes with their backlogs (none when no
+	// class was ever set).
+	Classes []Class `json:"classes,omitempty"`
 	// Rates are the fleet's rates over the last 15 minutes.
 	Rates *Rates `json:"rates,omitempty"`
 }
@@ -707,6 +713,9 @@ func (a *API) ReadStats(ctx context.Context) (Stats, error) {
 	}
 	v.Redis = RedisStatsOf(servers)
 	if v.Flows, err = a.ReadFlows(ctx); err != nil {
+		return Stats{}, err
+	}
+	if v.Classes, err = a.ReadClasses(ctx); err != nil {
 		return Stats{}, err
 	}
 	rates, err := a.ReadRates(ctx, DefaultRatesWindow)

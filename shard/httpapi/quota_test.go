@@ -60,3 +60,52 @@ func TestQuotaOverHTTP(t *testing.T) {
 		t.Fatalf("enqueue once the quota is gone: %d %s", code, body)
 	}
 }
+
+// TestClassesOverHTTP: an admin of the namespace sets, lists and deletes
+// release classes; bad input is refused naming the field, overlapping
+// patterns naming both classes; a team sees the default class and its
+// own, and may not set one; the stats carry the classes.
+func TestClassesOverHTTP(t *testing.T) {
+	f := newScopedFixture(t)
+	if code, body := f.raw("PUT", "/v1/classes/search-urgent", adminToken, `{"topics":["search.code"],"strict":true}`); code != 200 ||
+		!strings.Contains(body, `"strict":true`) || !strings.Contains(body, `"summary":"strict, topics search.code"`) {
+		t.Fatalf("set a class: %d %s", code, body)
+	}
+	if code, body := f.raw("PUT", "/v1/classes/default", adminToken, `{"weight":2}`); code != 200 || !strings.Contains(body, `"weight":2`) {
+		t.Fatalf("set the default class: %d %s", code, body)
+	}
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/classes/Bad", `{"topics":["x"]}`, "name"},
+		{"/v1/classes/neg", `{"topics":["x"],"weight":-1}`, "weight"},
+		{"/v1/classes/none", `{"weight":3}`, "topics"},
+		{"/v1/classes/star", `{"topics":["a*b"]}`, "topics[0]"},
+		{"/v1/classes/twice", `{"topics":["search.*"]}`, "topics"},
+		{"/v1/classes/default", `{"topics":["x"]}`, "topics"},
+	} {
+		if code, body := f.raw("PUT", c.path, adminToken, c.body); code != 400 || !strings.Contains(body, `"field":"`+c.field+`"`) {
+			t.Errorf("PUT %s %s: %d %s, want 400 naming %s", c.path, c.body, code, body, c.field)
+		}
+	}
+	if code, body := f.raw("PUT", "/v1/classes/twice", adminToken, `{"topics":["search.*"]}`); !strings.Contains(body, `of class \"search-urgent\"`) {
+		t.Errorf("overlap: %d %s; want the other class named", code, body)
+	}
+	code, body := f.raw("GET", "/v1/classes", scopedTokens["read@search"], "")
+	if code != 200 || !strings.Contains(body, `"name":"search-urgent"`) || !strings.Contains(body, `"name":"default"`) || strings.Contains(body, "bills") {
+		t.Errorf("the team's view of the classes: %d %s", code, body)
+	}
+	if code, body := f.raw("GET", "/v1/stats", adminToken, ""); code != 200 || !strings.Contains(body, `"classes":[`) || !strings.Contains(body, `"name":"bills"`) {
+		t.Errorf("stats: %d %s; want the classes", code, body)
+	}
+	if code, body := f.raw("PUT", "/v1/classes/search-urgent", scopedTokens["admin@search"], `{"topics":["search.*"],"strict":true}`); code != 403 {
+		t.Errorf("a team making its topics strict: %d %s", code, body)
+	}
+	if code, body := f.raw("DELETE", "/v1/classes/search-urgent", adminToken, ""); code != 204 {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if code, body := f.raw("DELETE", "/v1/classes/nosuch", adminToken, ""); code != 404 || !strings.Contains(body, `"field":"name"`) {
+		t.Errorf("delete an unknown class: %d %s", code, body)
+	}
+	if code, body := f.raw("GET", "/v1/classes", adminToken, ""); code != 200 || !strings.Contains(body, `"deleted":true`) {
+		t.Errorf("a deleted class still draining: %d %s", code, body)
+	}
+}
