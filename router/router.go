@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/delayq/delayq/shard"
 )
 
 // ErrNoRoute means a topic has no route and the table has no default
@@ -48,6 +50,38 @@ const (
 type Table struct {
 	defaultExchange string
 	routes          map[string]Destination
+	classes         map[string]Class
+}
+
+// Class is a release class as the routes file names it (shard.Class):
+// its topic patterns and its weight (1 when left out), or strict. The
+// scanners store it in Redis at start (shard.Store.SetRoutesClass); a
+// class changed at runtime (CLI, HTTP, console) stays until changed
+// again.
+type Class struct {
+	Topics []string `yaml:"topics"`
+	Weight *int     `yaml:"weight"`
+	Strict bool     `yaml:"strict"`
+}
+
+// Shard is the class as shard stores it, named name.
+func (c Class) Shard(name string) shard.Class {
+	sc := shard.Class{Name: name, Topics: c.Topics, Weight: 1, Strict: c.Strict}
+	if c.Weight != nil {
+		sc.Weight = *c.Weight
+	}
+	if sc.Topics == nil {
+		sc.Topics = []string{}
+	}
+	return sc
+}
+
+// Classes returns a copy of the release classes, by name.
+func (t *Table) Classes() map[string]Class {
+	if t == nil {
+		return nil
+	}
+	return maps.Clone(t.classes)
 }
 
 // New returns a table with the given default exchange ("" for none) and
@@ -105,9 +139,14 @@ func (t *Table) DefaultExchange() string { return t.defaultExchange }
 //	  trial.end:    {exchange: "", routing_key: trial-reminders}  # a queue, via the default exchange
 //	  meeting.remind: {exchange: notify, routing_key: remind, expired: publish}  # past its deadline: published, with x-delayq-late-ms
 //	  sms.send:     {exchange: notify, routing_key: sms, rate: 200, burst: 50}  # at most 200 a second (+50 after a quiet spell), fleet-wide
+//	classes:    # optional: who goes first, by weight, when the fleet is behind
+//	  urgent:  {topics: [auth.code, payment.*], weight: 3}
+//	  first:   {topics: [otp.send], strict: true}
+//	  default: {weight: 1}   # every topic no other class names
 type file struct {
 	DefaultExchange string    `yaml:"default_exchange"`
 	Routes          yaml.Node `yaml:"routes"`
+	Classes         yaml.Node `yaml:"classes"`
 }
 
 // Load reads a routes file. defaultExchange, when not "", overrides the
@@ -136,8 +175,11 @@ func Parse(b []byte, defaultExchange string) (*Table, error) {
 	if defaultExchange == "" {
 		defaultExchange = f.DefaultExchange
 	}
-	t := &Table{defaultExchange: defaultExchange, routes: map[string]Destination{}}
+	t := &Table{defaultExchange: defaultExchange, routes: map[string]Destination{}, classes: map[string]Class{}}
 	if err := checkName("default_exchange", defaultExchange); err != nil {
+		return nil, err
+	}
+	if err := t.parseClasses(&f.Classes); err != nil {
 		return nil, err
 	}
 	switch f.Routes.Kind {
@@ -172,6 +214,59 @@ func Parse(b []byte, defaultExchange string) (*Table, error) {
 		t.routes[topic] = d
 	}
 	return t, nil
+}
+
+// classFields are the fields of a class.
+var classFields = []string{"topics", "weight", "strict"}
+
+// parseClasses reads the classes: each valid (shard.ValidateClass), no
+// pattern in two of them; an error gives the line.
+func (t *Table) parseClasses(n *yaml.Node) error {
+	switch n.Kind {
+	case 0:
+		return nil
+	case yaml.MappingNode:
+	default:
+		return fmt.Errorf("line %d: classes: want a mapping of class name to {topics, weight, strict}", n.Line)
+	}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		name := k.Value
+		if _, dup := t.classes[name]; dup {
+			return fmt.Errorf("line %d: class %q defined twice", k.Line, name)
+		}
+		if v.Kind != yaml.MappingNode {
+			return fmt.Errorf("line %d: class %q: want {topics, weight, strict}", v.Line, name)
+		}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			if f := v.Content[j].Value; !slices.Contains(classFields, f) {
+				return fmt.Errorf("line %d: class %q: unknown field %q (want %s)", v.Content[j].Line, name, f, strings.Join(classFields, ", "))
+			}
+		}
+		var c Class
+		if err := v.Decode(&c); err != nil {
+			return fmt.Errorf("line %d: class %q: %w", v.Line, name, err)
+		}
+		if c.Strict && c.Weight != nil {
+			return fmt.Errorf("line %d: class %q: strict or a weight, not both", v.Line, name)
+		}
+		if err := shard.ValidateClass(c.Shard(name)); err != nil {
+			return fmt.Errorf("line %d: class %q: %w", k.Line, name, err)
+		}
+		for other, oc := range t.classes {
+			for _, p := range c.Topics {
+				for _, q := range oc.Topics {
+					if shard.PatternsOverlap(p, q) {
+						return fmt.Errorf("line %d: class %q: topic pattern %q overlaps %q of class %q (line %d): a topic belongs to one class",
+							k.Line, name, p, q, other, lines[other])
+					}
+				}
+			}
+		}
+		t.classes[name], lines[name] = c, k.Line
+	}
+	return nil
 }
 
 // routeFields are the fields of a route.

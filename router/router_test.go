@@ -74,6 +74,14 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		"rate not a number":   {"routes:\n  a:\n    exchange: x\n    rate: fast\n", "line 4"},
 		"negative burst":      {"routes:\n  a: {exchange: x, rate: 5, burst: -1}\n", `line 2: route "a": burst -1`},
 		"burst without rate":  {"routes:\n  a: {exchange: x, burst: 10}\n", `line 2: route "a": burst 10 without a rate`},
+		"classes list":        {"classes: [a]\n", "line 1: classes"},
+		"class field":         {"classes:\n  a:\n    topics: [x]\n    share: 3\n", `line 4: class "a": unknown field "share"`},
+		"negative weight":     {"classes:\n  a: {topics: [x], weight: -1}\n", `line 2: class "a": invalid weight: -1`},
+		"class without topic": {"classes:\n  a: {weight: 2}\n", `line 2: class "a": invalid topics`},
+		"strict and weight":   {"classes:\n  a: {topics: [x], weight: 2, strict: true}\n", `line 2: class "a": strict or a weight`},
+		"class name":          {"classes:\n  Big: {topics: [x]}\n", `line 2: class "Big": invalid name`},
+		"pattern in two":      {"classes:\n  a: {topics: [pay.*]}\n  b: {topics: [x, pay.timeout]}\n", `line 3: class "b": topic pattern "pay.timeout" overlaps "pay.*" of class "a" (line 2)`},
+		"default with topics": {"classes:\n  default: {topics: [x]}\n", `line 2: class "default": invalid topics`},
 	} {
 		_, err := router.Parse([]byte(c.in), "")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -131,5 +139,22 @@ func TestLoad(t *testing.T) {
 	// The example shipped in configs/ must load.
 	if _, err := router.Load("../configs/routes.example.yaml", ""); err != nil {
 		t.Errorf("configs/routes.example.yaml: %v", err)
+	}
+}
+
+func TestClasses(t *testing.T) {
+	tb, err := router.Parse([]byte("routes: {}\nclasses:\n  urgent: {topics: [auth.*, pay.timeout], weight: 3}\n  first: {topics: [otp], strict: true}\n  default: {weight: 2}\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := tb.Classes()
+	if u := cs["urgent"].Shard("urgent"); u.Weight != 3 || len(u.Topics) != 2 || u.Strict {
+		t.Errorf("urgent: %+v", u)
+	}
+	if f := cs["first"].Shard("first"); !f.Strict || f.Weight != 1 {
+		t.Errorf("first: %+v", f)
+	}
+	if d := cs["default"].Shard("default"); d.Weight != 2 || d.Topics == nil || len(d.Topics) != 0 {
+		t.Errorf("default: %+v", d)
 	}
 }

@@ -8,9 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
 )
 
@@ -466,4 +468,82 @@ func (s *Scanner) releaseTurn(ctx, workCtx context.Context, t turn) (err error) 
 		s.deliver(workCtx, i, hc.NowMs, hc.Msgs, origin{class: t.class, apart: t.apart}, 0)
 	}
 	return nil
+}
+
+// ClassCollector exports each release class and its backlog, read from
+// Redis at scrape time (shard.Store.ClassStatuses), once a class was set:
+//
+//	delayq_class_weight{class}          its weight; -1 strict
+//	delayq_class_backlog{class}         due messages waiting in its backlogs (the fleet is behind)
+//	delayq_class_oldest_seconds{class}  how long the earliest of them has waited
+//	delayq_class_up                     1 if the last read succeeded
+//
+// Like the shard gauges, these are the namespace's numbers, labelled
+// namespace="<ns>": every pod exports the same values, aggregate with max
+// across pods. The rates are delayq_class_released_total and
+// delayq_class_lateness_seconds (Metrics).
+type ClassCollector struct {
+	store   *shard.Store
+	layout  balance.Source
+	timeout time.Duration
+
+	weight, backlog, oldest, up *prometheus.Desc
+}
+
+// NewClassCollector returns a collector of the classes of store's
+// namespace, whose backlogs it counts on the shards layout covers.
+func NewClassCollector(store *shard.Store, layout balance.Source) *ClassCollector {
+	ns := ""
+	if store != nil {
+		ns = store.Namespace()
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("delayq_class_"+name, help, labels, prometheus.Labels{"namespace": ns})
+	}
+	return &ClassCollector{store: store, layout: layout, timeout: 5 * time.Second,
+		weight:  d("weight", "The release class's weight; -1 for a strict class.", "class"),
+		backlog: d("backlog", "Due messages waiting in the release class's backlogs while the fleet is behind.", "class"),
+		oldest:  d("oldest_seconds", "How long the earliest message of the class's backlogs has waited since its due time.", "class"),
+		up:      d("up", "1 if the last read of the classes from Redis succeeded."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *ClassCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.weight, c.backlog, c.oldest, c.up} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. Nothing but up while no class
+// was ever set.
+func (c *ClassCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	hw, err := c.layout.HighWater()
+	if err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	sts, err := c.store.ClassStatuses(ctx, hw)
+	if sts == nil && err != nil {
+		gauge(c.up, 0)
+		return
+	}
+	gauge(c.up, 1)
+	if len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0 {
+		return // no classes
+	}
+	for _, s := range sts {
+		w := float64(s.Weight)
+		if s.Strict {
+			w = -1
+		}
+		gauge(c.weight, w, s.Name)
+		gauge(c.backlog, float64(s.Backlog), s.Name)
+		gauge(c.oldest, s.WaitedFor().Seconds(), s.Name)
+	}
 }

@@ -112,7 +112,7 @@ func ValidateClass(c Class) error {
 			return invalid(field, "%q: * may only end a pattern", p)
 		}
 		for _, q := range c.Topics[:j] {
-			if patternsOverlap(p, q) {
+			if PatternsOverlap(p, q) {
 				return invalid(field, "%q overlaps %q of the same class", p, q)
 			}
 		}
@@ -120,8 +120,9 @@ func ValidateClass(c Class) error {
 	return nil
 }
 
-// patternsOverlap reports whether some topic matches both patterns.
-func patternsOverlap(p, q string) bool {
+// PatternsOverlap reports whether some topic matches both patterns (a
+// topic, or a prefix ending in *).
+func PatternsOverlap(p, q string) bool {
 	pp, qp := strings.HasSuffix(p, "*"), strings.HasSuffix(q, "*")
 	p, q = strings.TrimSuffix(p, "*"), strings.TrimSuffix(q, "*")
 	switch {

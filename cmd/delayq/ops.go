@@ -49,7 +49,7 @@ func newOps(addr string, profiles bool, rdb redis.UniversalClient, st *shard.Sto
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := scanner.NewMetrics(reg)
-	reg.MustRegister(scanner.NewShardCollector(st, layout), scanner.NewFlowCollector(st, layout), scanner.NewQuotaCollector(st, layout), scanner.NewRedisCollector(st),
+	reg.MustRegister(scanner.NewShardCollector(st, layout), scanner.NewFlowCollector(st, layout), scanner.NewClassCollector(st, layout), scanner.NewQuotaCollector(st, layout), scanner.NewRedisCollector(st),
 		scanner.NewScheduleCollector(st))
 	b := readBuildInfo()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "delayq", Name: "build_info",

@@ -150,6 +150,9 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	if err := e.applyRouteLimits(ctx, st, routes); err != nil {
 		return e.fail("scan", err)
 	}
+	if err := e.applyRouteClasses(ctx, st, routes); err != nil {
+		return e.fail("scan", err)
+	}
 	host, _ := os.Hostname()
 	var amqpTLS *tls.Config
 	if c.amqpTLS() {

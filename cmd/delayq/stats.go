@@ -162,6 +162,9 @@ func (e *env) stats(ctx context.Context, st *shard.Store, n int) (statsView, err
 	for _, s := range sts {
 		v.Flows = append(v.Flows, httpapi.FlowOf(s))
 	}
+	if v.Classes, err = e.classViews(ctx, st, n); err != nil {
+		return v, err
+	}
 	r, err := st.Rates(ctx, httpapi.DefaultRatesWindow)
 	if err != nil {
 		return v, err
@@ -198,6 +201,13 @@ func printStats(e *env, v statsView) {
 	}
 	for _, r := range v.Redis {
 		fmt.Fprintf(e.stdout, "redis %s: %s\n", r.Master, redisLine(r))
+	}
+	for _, c := range v.Classes {
+		fmt.Fprintf(e.stdout, "class %s: %s; %d in its backlog", c.Name, c.Summary, c.Backlog)
+		if c.Backlog > 0 {
+			fmt.Fprintf(e.stdout, ", the oldest for %s", time.Duration(c.OldestSec*float64(time.Second)).Round(time.Millisecond))
+		}
+		fmt.Fprintf(e.stdout, "; %.1f released/s\n", c.ReleasedPerSec)
 	}
 	for _, f := range v.Flows {
 		fmt.Fprintf(e.stdout, "flow %s: %s; %d held back", f.Topic, f.Summary, f.Held)

@@ -84,11 +84,21 @@ func (a *API) ReadClasses(ctx context.Context) ([]Class, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ClassesOf(sts, rates), nil
+}
+
+// ClassesOf renders classes' statuses with their release rates; nil for
+// the default class alone, never set and with nothing waiting (a
+// namespace without classes).
+func ClassesOf(sts []shard.ClassStatus, rates shard.Rates) []Class {
+	if len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0 {
+		return nil
+	}
 	out := make([]Class, len(sts))
 	for j, s := range sts {
 		out[j] = ClassOf(s, rates.Released[s.Name])
 	}
-	return out, nil
+	return out
 }
 
 // ReadClassesFor is ReadClasses as c sees it.
