@@ -297,6 +297,24 @@ func TestConsoleInABrowser(t *testing.T) {
 	if done, row := text("done"), text("flows"); done != "sms: limit 200/s burst 20" || strings.Contains(row, "mail") {
 		t.Errorf("after the resume: %q\n%s", done, row)
 	}
+	// Release classes: one set from the form, listed with its share; a
+	// bad weight named; the default class beside it.
+	do(chromedp.Navigate(base+"/classes"), chromedp.WaitVisible(chromedp.ID("no-classes")),
+		chromedp.SendKeys(chromedp.ID("class-name"), "urgent"), chromedp.SendKeys(chromedp.ID("class-topics"), "auth.*, payment.timeout"),
+		chromedp.SetValue(chromedp.ID("class-weight"), "3"), chromedp.Click(chromedp.ID("class-save")), chromedp.WaitVisible(chromedp.ID("done")))
+	if row := text("classes"); !strings.Contains(row, "urgent") || !strings.Contains(row, "weight 3") || !strings.Contains(row, "payment.timeout") ||
+		!strings.Contains(row, "default") {
+		t.Errorf("after setting a class:\n%s", row)
+	}
+	screenshot("console-classes.png")
+	do(chromedp.SendKeys(chromedp.ID("class-name"), "bulk"), chromedp.SendKeys(chromedp.ID("class-topics"), "campaign.*"),
+		chromedp.SetValue(chromedp.ID("class-weight"), "-2"), chromedp.Click(chromedp.ID("class-save")), chromedp.WaitVisible(chromedp.ID("error")))
+	if msg := text("error"); !strings.Contains(msg, "weight") || !strings.Contains(msg, "-2") {
+		t.Errorf("a negative weight says %q", msg)
+	}
+	if out, _, _ := w.delayq("", "class"); !strings.Contains(out, "urgent") || !strings.Contains(out, "console") {
+		t.Errorf("delayq class after the console's change:\n%s", out)
+	}
 	// Schedules: the list with each next occurrence in its zone, one's
 	// preview, pause and resume, a delete asked first.
 	for _, args := range [][]string{{"nightly", "30 2 * * *", "--zone", "America/New_York"}, {"weekly", "@weekly", "--zone", "Europe/Berlin"}} {
@@ -360,7 +378,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(e)
 	}
 	do(chromedp.EmulateViewport(390, 844))
-	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/flows", "/schedules", "/schedules?name=weekly", "/messages?id=lost-1", "/messages?id=" + traced} {
+	for _, path := range []string{"/", "/messages?id=order-42-cancel", "/dead", "/scheduled", "/flows", "/classes", "/schedules", "/schedules?name=weekly", "/messages?id=lost-1", "/messages?id=" + traced} {
 		do(chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
 		width, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 		must(t, err)

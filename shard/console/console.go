@@ -127,6 +127,8 @@ func New(o Options) (*Console, error) {
 	c.handle("POST /flows", c.page(httpapi.RoleOperate, c.flowAction))
 	c.handle("GET /far", c.page(httpapi.RoleRead, c.farPage))
 	c.handle("POST /far", c.page(httpapi.RoleAdmin, c.farAction))
+	c.handle("GET /classes", c.page(httpapi.RoleRead, c.classesPage))
+	c.handle("POST /classes", c.page(httpapi.RoleAdmin, c.classAction))
 	c.handle("GET /quotas", c.page(httpapi.RoleRead, c.quotasPage))
 	c.handle("POST /quotas", c.page(httpapi.RoleAdmin, c.quotaAction))
 	c.handle("GET /schedules", c.page(httpapi.RoleRead, c.schedules))

@@ -145,6 +145,9 @@ func TestConsoleScopes(t *testing.T) {
 	if err := st.SetQuota(ctx, shard.Quota{Scope: "billing", Rules: "topic=billing.* ids=billing-", MaxPending: 1000}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.SetClass(ctx, shard.Class{Name: "bills", Topics: []string{"billing.mark-class"}, Weight: 2}, "test"); err != nil {
+		t.Fatal(err)
+	}
 	state := func() string {
 		var out []string
 		for _, id := range []string{"billing-1", "billing-dead"} {
@@ -156,10 +159,12 @@ func TestConsoleScopes(t *testing.T) {
 		b, _ := json.Marshal(fl)
 		qs, _ := st.Quotas(ctx)
 		q, _ := json.Marshal(qs)
-		return strings.Join(append(out, sc.Next.String(), string(b), string(q)), "\n")
+		cs, _ := st.Classes(ctx)
+		c, _ := json.Marshal(cs)
+		return strings.Join(append(out, sc.Next.String(), string(b), string(q), string(c)), "\n")
 	}
 	before := state()
-	marks := []string{"MARK-", "billing-1", "billing-dead", "billing-nightly", "billing.mark-flow", "topic=billing.*"}
+	marks := []string{"MARK-", "billing-1", "billing-dead", "billing-nightly", "billing.mark-flow", "topic=billing.*", "billing.mark-class"}
 
 	// Every page and action, at billing's things. What a request names
 	// itself (an id, a topic) may come back in an error; nothing else of
@@ -187,6 +192,8 @@ func TestConsoleScopes(t *testing.T) {
 		"POST /flows":                {{"/flows", url.Values{"action": {"pause"}, "topic": {"billing.mark-flow"}, "confirm": {"yes"}}, []string{"billing.mark-flow"}}, {"/flows", url.Values{"action": {"limit"}, "topic": {"billing.mark-flow"}, "rate": {"1"}}, []string{"billing.mark-flow"}}},
 		"GET /far":                   {{"/far", nil, nil}},
 		"GET /quotas":                {{"/quotas", nil, nil}},
+		"GET /classes":               {{"/classes", nil, nil}},
+		"POST /classes":              {{"/classes", url.Values{"action": {"set"}, "name": {"bills"}, "topics": {"search.q"}, "weight": {"1"}}, nil}, {"/classes", url.Values{"action": {"delete"}, "name": {"bills"}}, nil}, {"/classes", url.Values{"action": {"set"}, "name": {"mine"}, "topics": {"search.*"}, "share": {"strict"}}, nil}},
 		"POST /quotas":               {{"/quotas", url.Values{"action": {"set"}, "scope": {"billing"}, "max_pending": {"1"}}, nil}, {"/quotas", url.Values{"action": {"delete"}, "scope": {"billing"}}, nil}, {"/quotas", url.Values{"action": {"set"}, "scope": {"search"}, "max_pending": {"99999"}, "rules": {"topic=search.*"}}, nil}},
 		"POST /far":                  {{"/far", url.Values{"action": {"on"}}, nil}},
 		"GET /schedules":             {{"/schedules", nil, nil}, {"/schedules?name=billing-nightly", nil, []string{"billing-nightly"}}},
