@@ -109,6 +109,26 @@
 // lateness alert does not fire for a limit the operator chose. The routes
 // file's rate and burst are stored at start (cmd/delayq).
 //
+// # Fair release across classes
+//
+// In a namespace with release classes (shard.Class), the claims go through
+// shard.Store.ClaimFair: a shard whose earliest due message is more than
+// half a second late (or whose class backlogs hold anything) is behind,
+// and its claims set its due messages apart into their classes' backlogs
+// instead of leasing them. More goroutines of the claims stage serve them
+// (fair.go): one reads the classes every 250 ms, and two releasers take
+// turns from the process's stride scheduler (strict classes first, then
+// the weighted class with the smallest pass, weight 0 last) and release
+// up to half the window of that class, earliest first, publishing as a
+// worker does, from a window of their own as large as the claims'. Each
+// process learns what waits from its own claims at once and from a scan
+// of every shard's backlogs each second; each keeps the shares itself,
+// so the fleet keeps them without a leader (fair.go says why that is the
+// same as one shared table). Their lateness is
+// delayq_class_lateness_seconds by class, and the fleet's too, except a
+// class of weight 0, whose lateness is chosen. The routes file's classes
+// are stored at start (cmd/delayq).
+//
 // # Tracing
 //
 // With a Tracer (Deps.Tracer, from the OTEL_* variables), each claimed

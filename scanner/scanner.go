@@ -378,9 +378,10 @@ func (s *Scanner) Start(ctx context.Context) error {
 // Stop ends the stages Start began, the last started first, each once
 // the one before has returned:
 //
-//  1. claims: no worker starts a new claim, nor the releaser of held
-//     messages; they finish publishing what they claimed and exit, and
-//     so do the due board's dispatcher and the flows' reader;
+//  1. claims: no worker starts a new claim, nor the releasers of held
+//     messages and class backlogs; they finish publishing what they
+//     claimed and exit, and so do the due board's dispatcher and the
+//     flows' and classes' readers;
 //  2. claimer: it has answered every claim it took;
 //  3. settlers: no more publishes, so the confirm watch waits until each
 //     outstanding message is settled (its ack queued on its confirm, or

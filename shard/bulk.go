@@ -213,13 +213,13 @@ func (s *Store) CountMatching(ctx context.Context, shards int, f BulkFilter) (in
 		}
 		q.After = *next
 	}
-	held, err := s.heldTopics(ctx, f)
+	apart, err := s.apartSets(ctx, f)
 	if err != nil {
 		return n, err
 	}
-	for _, t := range held {
+	for _, a := range apart {
 		for i := range shards {
-			err := s.walkHeld(ctx, i, t, f, func(ids []string) ([]bool, error) {
+			err := s.walkSet(ctx, i, a.key(s.ns, i), a.topic, f, func(ids []string) ([]bool, error) {
 				n += len(ids)
 				stayed := make([]bool, len(ids))
 				for k := range stayed {
@@ -246,11 +246,10 @@ func (s *Store) BulkCancel(ctx context.Context, shards int, f BulkFilter, matche
 	if err := f.Validate(); err != nil {
 		return BulkProgress{}, err
 	}
-	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, s.farBulkCancel, func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, f.Job(), matched, []any{"action", "cancel"}, progress, s.farBulkCancel, func(ctx context.Context, i int, job, set string, ids []string) ([]int64, error) {
 		ks := ShardKeys(s.ns, i)
-		set := ks.Due
-		if held != "" { // the same script: it removes the ids from the set it is given
-			set = HeldKey(s.ns, i, held)
+		if set == "" { // the same script: it removes the ids from the set it is given
+			set = ks.Due
 		}
 		return s.bulkShard(ctx, i, bulkCancelScript, []string{set, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)},
 			[]any{bulkTTL.Milliseconds()}, ids)
@@ -291,10 +290,10 @@ func (s *Store) BulkReschedule(ctx context.Context, shards int, f BulkFilter, de
 			due = now + ms
 		}
 	}
-	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, s.farBulkReschedule(due), func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error) {
+	return s.bulkRun(ctx, shards, f, job, matched, []any{"action", "reschedule", "due", due}, progress, s.farBulkReschedule(due), func(ctx context.Context, i int, job, set string, ids []string) ([]int64, error) {
 		ks := ShardKeys(s.ns, i)
-		if held != "" {
-			return s.bulkShard(ctx, i, bulkRescheduleHeldScript, []string{HeldKey(s.ns, i, held), ks.Due, ks.Inflight, ks.Attempts,
+		if set != "" {
+			return s.bulkShard(ctx, i, bulkRescheduleHeldScript, []string{set, ks.Due, ks.Inflight, ks.Attempts,
 				BulkKey(s.ns, i, job)}, []any{bulkTTL.Milliseconds(), due, s.wake, i}, ids)
 		}
 		return s.bulkShard(ctx, i, bulkRescheduleScript, []string{ks.Due, ks.Msg, ks.Inflight, ks.Attempts, BulkKey(s.ns, i, job)},
@@ -319,11 +318,12 @@ func (f BulkFilter) rescheduleJob(mode string, ms int64) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// bulkAct acts on ids of shard i for job, found in the due set (held "")
-// or in the held set of topic held, and returns one status per id: 1 done
-// (counted), 0 not scheduled there, -1 in flight (left alone), 2 already
-// as asked (left, not counted), 3 done and left where it is (counted).
-type bulkAct func(ctx context.Context, i int, job, held string, ids []string) ([]int64, error)
+// bulkAct acts on ids of shard i for job, found in the due set (set "")
+// or in the set of key set (a topic's held set, a class's backlog), and
+// returns one status per id: 1 done (counted), 0 not scheduled there, -1
+// in flight (left alone), 2 already as asked (left, not counted), 3 done
+// and left where it is (counted).
+type bulkAct func(ctx context.Context, i int, job, set string, ids []string) ([]int64, error)
 
 // bulkRun runs a bulk job over every shard: its record, its counts kept
 // from an unfinished earlier run, the walks (far tier, due set, held
@@ -355,7 +355,7 @@ func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job strin
 		return p, err
 	}
 	p.Done = p.Before
-	held, err := s.heldTopics(ctx, f)
+	apart, err := s.apartSets(ctx, f)
 	if err != nil {
 		return p, err
 	}
@@ -368,8 +368,8 @@ func (s *Store) bulkRun(ctx context.Context, shards int, f BulkFilter, job strin
 		if err := s.bulkWalk(ctx, i, job, f, &p, progress, act); err != nil {
 			return p, err
 		}
-		for _, t := range held {
-			if err := s.bulkWalkHeld(ctx, i, t, job, f, &p, progress, act); err != nil {
+		for _, a := range apart {
+			if err := s.bulkWalkSet(ctx, i, a.key(s.ns, i), a.topic, job, f, &p, progress, act); err != nil {
 				return p, err
 			}
 		}
@@ -515,6 +515,39 @@ func (s *Store) bulkReset(ctx context.Context, shards int, job string) error {
 	return nil
 }
 
+// apartSet is where messages wait apart from the due set: a topic's held
+// sets, or (class set) a class's backlogs.
+type apartSet struct{ topic, class string }
+
+func (a apartSet) key(ns string, i int) string {
+	if a.class != "" {
+		return BacklogKey(ns, i, a.class)
+	}
+	return HeldKey(ns, i, a.topic)
+}
+
+// apartSets are the sets apart that f can select from: the held sets of
+// the topics with a flow, and every class's backlog (whose topics a walk
+// reads from the envelopes).
+func (s *Store) apartSets(ctx context.Context, f BulkFilter) ([]apartSet, error) {
+	held, err := s.heldTopics(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	classes, err := s.backlogClasses(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bulk job: %w", err)
+	}
+	out := make([]apartSet, 0, len(held)+len(classes))
+	for _, t := range held {
+		out = append(out, apartSet{topic: t})
+	}
+	for _, c := range classes {
+		out = append(out, apartSet{class: c})
+	}
+	return out, nil
+}
+
 // heldTopics are the topics with a flow (held sets) that f can select.
 // A topic's name is read even when its flow's value cannot be.
 func (s *Store) heldTopics(ctx context.Context, f BulkFilter) ([]string, error) {
@@ -534,11 +567,12 @@ func (s *Store) heldTopics(ctx context.Context, f BulkFilter) ([]string, error) 
 	return topics, nil
 }
 
-// bulkWalkHeld acts on what f selects in the held set of topic in shard i.
-func (s *Store) bulkWalkHeld(ctx context.Context, i int, topic, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress), act bulkAct) error {
-	return s.walkHeld(ctx, i, topic, f, func(ids []string) ([]bool, error) {
+// bulkWalkSet acts on what f selects in the set key of shard i: the
+// held set of topic, or (topic "") a class's backlog.
+func (s *Store) bulkWalkSet(ctx context.Context, i int, key, topic, job string, f BulkFilter, p *BulkProgress, progress func(BulkProgress), act bulkAct) error {
+	return s.walkSet(ctx, i, key, topic, f, func(ids []string) ([]bool, error) {
 		stayed := make([]bool, len(ids))
-		sts, err := act(ctx, i, job, topic, ids)
+		sts, err := act(ctx, i, job, key, ids)
 		for k := range ids {
 			stayed[k] = true // unless the reply says otherwise
 			if k < len(sts) {
@@ -558,12 +592,12 @@ func (s *Store) bulkWalkHeld(ctx context.Context, i int, topic, job string, f Bu
 	})
 }
 
-// walkHeld calls do with the ids f selects in the held set of topic in
-// shard i, a page of at most 500 entries at a time in (due, id) order;
-// do says which of them stayed in the set, so the next page starts after
-// the last entry that stayed.
-func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter, do func(ids []string) ([]bool, error)) error {
-	key := HeldKey(s.ns, i, topic)
+// walkSet calls do with the ids f selects in the set key of shard i (the
+// held set of topic; or, topic "", a class's backlog, whose entries'
+// topics are read from their envelopes), a page of at most 500 entries at
+// a time in (due, id) order; do says which of them stayed in the set, so
+// the next page starts after the last entry that stayed.
+func (s *Store) walkSet(ctx context.Context, i int, key, topic string, f BulkFilter, do func(ids []string) ([]bool, error)) error {
 	curID, curScore := "", "-inf"
 	if !f.From.IsZero() {
 		curScore = strconv.FormatInt(f.From.UnixMilli(), 10)
@@ -571,7 +605,7 @@ func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter,
 	for {
 		v, err := s.run1(ctx, heldPageScript, []string{key}, curID, curScore, 500).StringSlice()
 		if err != nil {
-			return fmt.Errorf("bulk job: held set %s: %w", key, err)
+			return fmt.Errorf("bulk job: set %s: %w", key, err)
 		}
 		last := len(v) < 1000
 		type entry struct {
@@ -585,12 +619,31 @@ func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter,
 				last = true // due order: the rest is later
 				break
 			}
-			e := entry{id: v[j], score: v[j+1], match: -1}
-			if strings.HasPrefix(e.id, f.Prefix) && f.inScope(e.id, topic) {
+			page = append(page, entry{id: v[j], score: v[j+1], match: -1})
+		}
+		topics := make([]string, len(page))
+		if topic == "" && (f.Topic != "" || len(f.Within) > 0) { // a backlog of many topics: read them
+			all := make([]string, len(page))
+			for j, e := range page {
+				all[j] = e.id
+			}
+			if topics, err = s.topicsOf(ctx, i, all); err != nil {
+				return fmt.Errorf("bulk job: set %s: %w", key, err)
+			}
+		}
+		for j := range page {
+			e := &page[j]
+			t := topic
+			if t == "" {
+				t = topics[j]
+				if f.Topic != "" && t != f.Topic {
+					continue
+				}
+			}
+			if strings.HasPrefix(e.id, f.Prefix) && f.inScope(e.id, t) {
 				e.match = len(ids)
 				ids = append(ids, e.id)
 			}
-			page = append(page, e)
 		}
 		var stayed []bool
 		if len(ids) > 0 {
@@ -607,4 +660,25 @@ func (s *Store) walkHeld(ctx context.Context, i int, topic string, f BulkFilter,
 			return nil
 		}
 	}
+}
+
+// topicsOf reads the topics of messages ids of shard i from their
+// envelopes ("" for one gone or unreadable).
+func (s *Store) topicsOf(ctx context.Context, i int, ids []string) ([]string, error) {
+	out := make([]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	vs, err := s.rdb.HMGet(ctx, ShardKeys(s.ns, i).Msg, ids...).Result()
+	if err != nil {
+		return nil, err
+	}
+	for j, v := range vs {
+		if raw, ok := v.(string); ok {
+			if env, err := DecodeEnvelope([]byte(raw)); err == nil {
+				out[j] = env.Topic
+			}
+		}
+	}
+	return out, nil
 }

@@ -1018,8 +1018,9 @@ end
 return out
 `)
 
-// heldPageScript reads a page of a held set in (due, id) order, after a
-// cursor: what a bulk job's walk reads (Store.walkHeld).
+// heldPageScript reads a page of a held set (or a class's backlog) in
+// (due, id) order, after a cursor: what a bulk job's walk reads
+// (Store.walkSet).
 //
 //	KEYS[1] held ZSET
 //	ARGV[1] cursor id ("": from ARGV[2] on, inclusive)   ARGV[2] cursor score ("-inf" or ms)

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"quota", b.quota}, {"ab", b.ab}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"quota", b.quota}, {"fair", b.fair}, {"ab", b.ab}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] || c.only == nil && step.name == "ab" {
 			continue
@@ -125,6 +125,13 @@ func (b *bench) fill(ctx context.Context, ns string, n int, delay time.Duration,
 
 // fillM is fill over m shards.
 func (b *bench) fillM(ctx context.Context, ns string, n, m int, delay time.Duration, at time.Time) (*shard.Producer, error) {
+	return b.fillTopics(ctx, ns, n, m, delay, at, nil)
+}
+
+// fillTopics is fillM that gives message i the topic topic(i) (routed by
+// the scanners' routes file) instead of the bench's exchange, when topic
+// is not nil.
+func (b *bench) fillTopics(ctx context.Context, ns string, n, m int, delay time.Duration, at time.Time, topic func(i int) string) (*shard.Producer, error) {
 	st, err := shard.NewStore(b.rdb, ns)
 	if err != nil {
 		return nil, err
@@ -143,8 +150,11 @@ func (b *bench) fillM(ctx context.Context, ns string, n, m int, delay time.Durat
 				}
 				msgs := make([]shard.Message, 0, batch)
 				for i := start; i < min(n, start+batch); i++ {
-					msgs = append(msgs, shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns,
-						Body: body, Delay: delay, At: at})
+					msg := shard.Message{ID: ns + "-" + strconv.Itoa(i), Exchange: exchange, RoutingKey: ns, Body: body, Delay: delay, At: at}
+					if topic != nil {
+						msg.Topic, msg.Exchange, msg.RoutingKey = topic(i), "", ""
+					}
+					msgs = append(msgs, msg)
 				}
 				res, err := prod.EnqueueBatch(ctx, msgs)
 				if err == nil {
@@ -409,6 +419,10 @@ type tally struct {
 	first time.Time
 	last  time.Time
 	count atomic.Int64
+	// classOf, when set, names the class of a message by its id; the
+	// receive times of first deliveries are then kept by class too.
+	classOf func(id string) string
+	byClass map[string][]time.Time
 }
 
 func newTally() *tally { return &tally{seen: map[string]bool{}} }
@@ -461,6 +475,10 @@ func (b *bench) consume(ctx context.Context, ns string, t *tally) (func(), error
 				}
 				t.late = append(t.late, now.Sub(time.UnixMilli(due)))
 				t.at = append(t.at, now)
+				if t.classOf != nil {
+					c := t.classOf(m.MessageId)
+					t.byClass[c] = append(t.byClass[c], now)
+				}
 				if rel, ok := m.Headers[shard.HeaderReleasedMs].(int64); ok {
 					t.rel = append(t.rel, rel)
 				}
@@ -597,33 +615,66 @@ func (b *bench) drainBacklog(ctx context.Context, what string, n, k, scanners in
 // drainBacklogWith is drainBacklog that calls setup (when not nil) with
 // the namespace before anything is enqueued into it.
 func (b *bench) drainBacklogWith(ctx context.Context, what string, n, k, scanners int, setup func(ns string) error) (rate float64, drain time.Duration, cpu *cpuUse, err error) {
+	rate, drain, cpu, _, err = b.drainBacklogHow(ctx, what, n, k, scanners, drainSetup{setup: setup})
+	return rate, drain, cpu, err
+}
+
+// drainSetup says how drainBacklogHow prepares its namespace: setup runs
+// before anything is enqueued; env gives the scanners more variables;
+// topic, when set, gives message i a topic instead of the bench's
+// exchange (the routes file in env routes it), and the tally then keeps
+// the receive times by topic.
+type drainSetup struct {
+	setup func(ns string) error
+	env   func(ns string) ([]string, error)
+	topic func(i int) string
+}
+
+// drainBacklogHow is drainBacklogWith as s says; it also returns the
+// tally of the deliveries.
+func (b *bench) drainBacklogHow(ctx context.Context, what string, n, k, scanners int, s drainSetup) (rate float64, drain time.Duration, cpu *cpuUse, t *tally, err error) {
 	ns := b.namespace(what)
-	if setup != nil {
-		if err := setup(ns); err != nil {
-			return 0, 0, nil, err
+	t = newTally()
+	if s.setup != nil {
+		if err := s.setup(ns); err != nil {
+			return 0, 0, nil, t, err
 		}
 	}
-	t := newTally()
+	if s.topic != nil {
+		prefix := ns + "-"
+		t.classOf = func(id string) string {
+			i, _ := strconv.Atoi(strings.TrimPrefix(id, prefix))
+			return s.topic(i)
+		}
+		t.byClass = map[string][]time.Time{}
+	}
 	stop, err := b.consume(ctx, ns, t)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, t, err
 	}
 	defer stop()
 	var extra []string
 	if b.c.profileDir != "" {
 		extra = append(extra, "DELAYQ_PPROF=true")
 	}
+	if s.env != nil {
+		more, err := s.env(ns)
+		if err != nil {
+			return 0, 0, nil, t, err
+		}
+		extra = append(extra, more...)
+	}
 	f, err := b.startFleet(ns, scanners, k, shards, extra...)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, t, err
 	}
 	defer f.stop()
 	// All due at one millisecond, far enough ahead that filling ends first
 	// (filling runs at well over 20k messages/s).
 	at := time.Now().Add(2*time.Second + time.Duration(n/20000)*time.Second).Truncate(time.Millisecond)
 	fillStart := time.Now()
-	if _, err := b.fill(ctx, ns, n, 0, at); err != nil {
-		return 0, 0, nil, err
+	if _, err := b.fillTopics(ctx, ns, n, shards, 0, at, s.topic); err != nil {
+		return 0, 0, nil, t, err
 	}
 	say("  %d messages enqueued in %s", n, time.Since(fillStart).Round(time.Millisecond))
 	if time.Now().After(at) {
@@ -632,7 +683,7 @@ func (b *bench) drainBacklogWith(ctx context.Context, what string, n, k, scanner
 	sleep(ctx, time.Until(at))
 	depth, err := b.sampleQueue(ctx, ns)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, nil, t, err
 	}
 	cpu0 := b.sampleCPU(f)
 	var profiled sync.WaitGroup
@@ -644,7 +695,7 @@ func (b *bench) drainBacklogWith(ctx context.Context, what string, n, k, scanner
 	q := depth() // stops the sampler, also when the drain failed
 	if !delivered {
 		profiled.Wait()
-		return 0, 0, nil, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
+		return 0, 0, nil, t, fmt.Errorf("%s: only %d of %d delivered", what, t.count.Load(), n)
 	}
 	cpu = b.sampleCPU(f).since(cpu0, n)
 	profiled.Wait()
@@ -655,7 +706,7 @@ func (b *bench) drainBacklogWith(ctx context.Context, what string, n, k, scanner
 	if q.err != nil {
 		say("  %s, k=%d: sampling the broker queue stopped early: %v", what, k, q.err)
 	}
-	return float64(n) / drain.Seconds(), drain, cpu, nil
+	return float64(n) / drain.Seconds(), drain, cpu, t, nil
 }
 
 // queueDepth summarises the samples of a broker queue's ready messages.
