@@ -488,12 +488,14 @@
 //     every shard below the high-water mark. Every script touches one
 //     slot, so Redis Cluster works as for flow control.
 //   - Cancel, reschedule and inspect find a message in any class's backlog
-//     of its shard (StateBacklog), whatever its topic's class is now. A
-//     deleted class names no topic from then on, and is kept (DeletedMs)
-//     until its backlogs are empty, then forgotten by the scanners.
+//     of its shard (StateBacklog), whatever its topic's class is now; bulk
+//     jobs by filter (and a quota's adoption) walk the backlogs too,
+//     reading the topics of a page from its envelopes. A deleted class
+//     names no topic from then on, and is kept (DeletedMs) until its
+//     backlogs are empty, then forgotten by the scanners.
 //   - Not guaranteed: List, Browse, the due profile and the shard counts
 //     do not show what waits in a backlog (it is due: ClassStatuses counts
-//     it by class); bulk jobs by filter do not reach it.
+//     it by class), as they do not show a limited topic's held messages.
 //
 // # Packages
 //
