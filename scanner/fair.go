@@ -233,15 +233,17 @@ type turn struct {
 
 // pick takes the next turn: the earliest due strict class, else the
 // weighted class with the smallest pass, else the earliest due class of
-// weight 0; among those with something due at nowMs. most bounds want.
-func (f *fairControl) pick(nowMs int64, most int) (turn, bool) {
+// weight 0; among those with something waiting (a backlog holds only what
+// was due by the Redis clock, so no local clock is asked). most bounds
+// want.
+func (f *fairControl) pick(most int) (turn, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var strict, weighted, zero *classState
 	var sName, wName, zName string
 	for name, st := range f.classes {
 		e := st.earliest()
-		if e < 0 || e > nowMs {
+		if e < 0 {
 			continue
 		}
 		switch {
@@ -301,16 +303,7 @@ func (f *fairControl) done(t turn, claimed int, heads map[int]shard.Held) {
 
 // refreshClasses reads the classes until ctx ends.
 func (s *Scanner) refreshClasses(ctx context.Context) {
-	t := time.NewTicker(classRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.readClasses(ctx)
-	}
+	tick(ctx, classRefresh, func() { s.readClasses(ctx) })
 }
 
 // readClasses reads the classes once. Values it cannot read are reported
@@ -340,7 +333,7 @@ func (s *Scanner) releaseBacklogs(ctx, workCtx context.Context) {
 		if heard := s.fair.takeHeard(-1); len(heard) > 0 {
 			s.scanBacklogs(workCtx, heard)
 		}
-		t, ok := s.fair.pick(s.d.Now().UnixMilli(), min(most, maxGrant))
+		t, ok := s.fair.pick(min(most, maxGrant))
 		if ok {
 			if err := s.releaseTurn(ctx, workCtx, t); err != nil {
 				s.errLog.warn("release a class's backlog", err)
@@ -518,18 +511,15 @@ func (c *ClassCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. Nothing but up while no class
 // was ever set.
 func (c *ClassCollector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	hw, err := c.layout.HighWater()
-	if err != nil {
-		gauge(c.up, 0)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	sts, err := c.store.ClassStatuses(ctx, hw)
-	if sts == nil && err != nil {
+	gauge := gaugeTo(ch)
+	var sts []shard.ClassStatus
+	if !readForScrape(c.layout, c.timeout, func(ctx context.Context, hw int) (err error) {
+		sts, err = c.store.ClassStatuses(ctx, hw)
+		if sts != nil {
+			err = nil // unreadable values are left out, and logged by the scanners
+		}
+		return err
+	}) {
 		gauge(c.up, 0)
 		return
 	}

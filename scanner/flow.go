@@ -117,16 +117,7 @@ func (f *flowControl) set(flows []shard.Flow, now time.Time) {
 
 // refreshFlows reads the flows until ctx ends.
 func (s *Scanner) refreshFlows(ctx context.Context) {
-	t := time.NewTicker(flowRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.readFlows(ctx)
-	}
+	tick(ctx, flowRefresh, func() { s.readFlows(ctx) })
 }
 
 // readFlows reads the flows once. Values it cannot read are reported and

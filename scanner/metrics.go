@@ -250,6 +250,26 @@ func (c *ShardCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// gaugeTo returns a function that sends a gauge's value to ch.
+func gaugeTo(ch chan<- prometheus.Metric) func(d *prometheus.Desc, v float64, labels ...string) {
+	return func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+}
+
+// readForScrape calls read with the shards' high-water mark and a context
+// bounded by timeout, and reports whether both succeeded: a collector's
+// up.
+func readForScrape(layout balance.Source, timeout time.Duration, read func(ctx context.Context, hw int) error) bool {
+	hw, err := layout.HighWater()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return read(ctx, hw) == nil
+}
+
 // FlowCollector exports each topic's flow control, read from Redis at
 // scrape time (shard.Store.FlowStatuses):
 //
@@ -302,18 +322,15 @@ func (c *FlowCollector) Describe(ch chan<- *prometheus.Desc) {
 // unreadable is left out (the scanners log it with its key); up stays 1
 // for the others.
 func (c *FlowCollector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	hw, err := c.layout.HighWater()
-	if err != nil {
-		gauge(c.up, 0)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	sts, err := c.store.FlowStatuses(ctx, hw)
-	if sts == nil && err != nil {
+	gauge := gaugeTo(ch)
+	var sts []shard.FlowStatus
+	if !readForScrape(c.layout, c.timeout, func(ctx context.Context, hw int) (err error) {
+		sts, err = c.store.FlowStatuses(ctx, hw)
+		if sts != nil {
+			err = nil // unreadable values are left out, and logged by the scanners
+		}
+		return err
+	}) {
 		gauge(c.up, 0)
 		return
 	}

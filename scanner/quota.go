@@ -64,20 +64,27 @@ func (s *Scanner) maintainQuotas(life, workCtx context.Context) {
 // of shards that may hold messages (the layout's high-water mark); a
 // round whose shard count cannot be read is skipped and logged as what.
 func (s *Scanner) everyRound(life context.Context, every time.Duration, what string, round func(hw int)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-life.Done():
-			return
-		case <-t.C:
-		}
+	tick(life, every, func() {
 		hw, err := s.d.Shards.HighWater()
 		if err != nil {
 			s.errLog.warn(what+": shard count", err)
-			continue
+			return
 		}
 		round(hw)
+	})
+}
+
+// tick calls f every d until ctx ends (the first time after d).
+func tick(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
 	}
 }
 
