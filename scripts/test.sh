@@ -38,11 +38,12 @@ go tool staticcheck ./... || exit 1
 
 echo "== go test -race -count=1 ./... (real Redis, RabbitMQ and Consul; full log on failure)"
 start=$(date +%s)
-# The tests that measure a consumer's seconds under a rate limit run alone,
-# after the rest, so that other packages' tests do not crowd them; so does
-# the far tier's kill test, whose 200,000 messages would crowd the others
-# (and, crowded, took over two minutes to arrive).
-alone='^(TestRateLimitHoldsForTheFleet|TestLimitChangeTakesEffectWithinASecond|TestLimitedDrainSurvivesAScannerKill|TestRateLimitHoldsOnCluster|TestFarPromotionSurvivesKills)$'
+# The tests that measure a consumer's seconds under a rate limit, or the
+# shares and lateness of release classes, run alone, after the rest, so
+# that other packages' tests do not crowd them; so do the kill tests of
+# the far tier and of release classes, whose 200,000 and 120,000 messages
+# would crowd the others (and, crowded, took over two minutes to arrive).
+alone='^(TestRateLimitHoldsForTheFleet|TestLimitChangeTakesEffectWithinASecond|TestLimitedDrainSurvivesAScannerKill|TestRateLimitHoldsOnCluster|TestFarPromotionSurvivesKills|TestFairReleaseKeepsAClassOnTime|TestFairReleaseSplitsByWeight|TestFairReleaseSurvivesKillsAndResize|TestFairReleaseAtScale)$'
 if [ $# -gt 0 ]; then
   go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
   rc=$?
