@@ -508,6 +508,51 @@
 // against 5.3 ms, within the box's noise. TestFairReleaseAtScale: 1,000
 // messages due now beside 500,000 overdue at 1:1, p99 0.44 s late.
 //
+// # Moving to another Redis (the design; not built yet)
+//
+// Export, import and a live move of every pending message, so that a team
+// outgrows one Redis (for a Cluster, another region, a new namespace)
+// without a pause. The plan:
+//
+//   - One line format: export writes each scheduled message as the JSON
+//     Lines object enqueue -f reads (jsonlines.go), with its due time as
+//     at_ms, its typed headers (JSONValue), every property, its retry
+//     schedule and deadlines, and one new field, attempts (deliveries so
+//     far), which import writes into the attempts HASH as a redelivery
+//     would. Export walks each shard in (due, id) order, near and far
+//     merged (walkShard), then its held sets and class backlogs; its
+//     cursor is the shard, the part and the last (due, id): a page at a
+//     time, bounded memory, resumable. export -> import -> export gives
+//     the same lines on any target of the same M.
+//   - The live move copies, then removes what is unchanged. For each page
+//     of a source shard: (1) read the entries with their scores,
+//     envelopes and attempts; (2) write them to the target, deduped by id
+//     (an id the target has stays as the target has it: a producer that
+//     writes to both sides during the switch makes one message); (3) one
+//     script on the source removes each id still exactly as read (same
+//     score, same envelope), and says which it removed; (4) an id not
+//     removed (cancelled, rescheduled or claimed on the source meanwhile)
+//     has its target copy, if this batch made it, cancelled: it stays
+//     where the source's operation left it, and a rescheduled one is
+//     copied on a later pass.
+//   - Never on both sides at once, by a margin: the mover leaves every
+//     message due within --keep (default 30 s) of the Redis clock to the
+//     source's fleet, so no copy can fall due on either side while its
+//     batch (milliseconds) is under way, and a message is published by
+//     the source before step 3 and by the target after it, never both.
+//   - A crash at any line: before (2) nothing changed; between (2) and
+//     (3) the batch is on both sides, not due within the margin; the
+//     mover records each batch's ids in a journal on the source before
+//     (2), and a rerun finishes the journal first ((2) finds them there,
+//     (3) removes them). Not rerun before they fall due, that one batch
+//     (at most 500) may be published by both sides: the documented
+//     duplicate. Nothing is lost at any line: a message is removed from
+//     the source only once the target has it.
+//   - Refused before anything is copied: a target whose policy can evict,
+//     which is full, or whose namespace has another M than asked. A target
+//     that fills up during the move stops it after the batch that failed,
+//     which stays on the source.
+//
 // # Packages
 //
 // shard is the bottom of delayq: every other package builds on it, and
