@@ -104,15 +104,22 @@ func BenchmarkClaimAndAck(b *testing.B) {
 func BenchmarkClaimSteady(b *testing.B) {
 	const m, due, later = 64, 2, 200
 	for _, c := range []struct {
-		k        int
-		receipts bool
-	}{{1, false}, {1, true}, {8, false}, {8, true}, {32, false}, {32, true}} {
+		k                 int
+		receipts, classes bool
+	}{{1, false, false}, {1, true, false}, {8, false, false}, {8, true, false}, {32, false, false}, {32, true, false},
+		{1, true, true}, {8, true, true}} {
 		k := c.k
 		var claimant *shard.Claimant
 		if c.receipts {
 			claimant = shard.NewClaimant()
 		}
-		b.Run(fmt.Sprintf("batch=%d/receipts=%v", k, c.receipts), func(b *testing.B) {
+		name := fmt.Sprintf("batch=%d/receipts=%v", k, c.receipts)
+		if c.classes {
+			// Release classes set, nothing late: what the claim of a
+			// namespace with classes pays while the fleet keeps up.
+			name += "/classes"
+		}
+		b.Run(name, func(b *testing.B) {
 			shardtest.Require(b, srvErr)
 			rdb := srv.Client(b)
 			st, err := shard.NewStore(rdb, shardtest.Namespace(b))
@@ -122,6 +129,23 @@ func BenchmarkClaimSteady(b *testing.B) {
 			prod := shard.NewProducer(st, fixed(m), shard.ProducerOptions{})
 			ctx := context.Background()
 			body := make([]byte, 100)
+			var plan *shard.ClassPlan
+			if c.classes {
+				for j := range 4 {
+					cl := shard.Class{Name: fmt.Sprintf("c%d", j), Weight: j + 1}
+					for p := range 4 {
+						cl.Topics = append(cl.Topics, fmt.Sprintf("team%d.kind%d.*", j, p))
+					}
+					if _, err := st.SetClass(ctx, cl, "bench"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				classes, err := st.Classes(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				plan = shard.NewClassPlan(classes)
+			}
 			// Ids are placed on shards by their hash: keep enqueueing until
 			// every shard holds at least later messages due in an hour.
 			for i, n := 0, make([]int, m); slices.Min(n) < later; i += 1000 {
@@ -163,13 +187,13 @@ func BenchmarkClaimSteady(b *testing.B) {
 			b.ResetTimer()
 			for op := range b.N {
 				for j, id := range ids[op] {
-					msgs[j] = shard.Message{ID: id, Topic: "t", Body: body, At: time.Now().Add(-time.Minute)}
+					msgs[j] = shard.Message{ID: id, Topic: "t", Body: body, At: time.Now().Add(-100 * time.Millisecond)}
 				}
 				if _, err := prod.EnqueueBatch(ctx, msgs); err != nil {
 					b.Fatal(err)
 				}
 				cpu0 := redisCPU(b, rdb)
-				res, errs := st.ClaimFor(ctx, claimant, shards, k, time.Hour, nil)
+				res, errs := st.ClaimFair(ctx, claimant, shards, k, time.Hour, nil, plan)
 				claimsCPU += redisCPU(b, rdb) - cpu0
 				for j, r := range res {
 					if errs[j] != nil || len(r.Msgs) != min(k, due) {

@@ -41,13 +41,15 @@ func metricNames(t *testing.T) map[string]bool {
 	descs := make(chan *prometheus.Desc, 64)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
 	scanner.NewFlowCollector(nil, nil).Describe(descs)
+	scanner.NewClassCollector(nil, nil).Describe(descs)
 	scanner.NewQuotaCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
 	scanner.NewScheduleCollector(nil).Describe(descs)
-	// The ingress's vectors, and the flow and scope vectors, have no
+	// The ingress's vectors, and the flow, scope and class vectors, have no
 	// sample until a message comes.
 	im := ingress.NewMetrics(nil)
-	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming, sm.FlowReleased, sm.FlowLateness, sm.ScopePublished, sm.ScopeLateness} {
+	for _, c := range []prometheus.Collector{im.Messages, im.Rejected, im.Batch, im.Consuming, sm.FlowReleased, sm.FlowLateness, sm.ScopePublished, sm.ScopeLateness,
+		sm.ClassReleased, sm.ClassLateness} {
 		c.Describe(descs)
 	}
 	close(descs)
