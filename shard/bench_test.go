@@ -107,7 +107,7 @@ func BenchmarkClaimSteady(b *testing.B) {
 		k                 int
 		receipts, classes bool
 	}{{1, false, false}, {1, true, false}, {8, false, false}, {8, true, false}, {32, false, false}, {32, true, false},
-		{1, true, true}, {8, true, true}} {
+		{8, true, true}} {
 		k := c.k
 		var claimant *shard.Claimant
 		if c.receipts {
@@ -116,7 +116,9 @@ func BenchmarkClaimSteady(b *testing.B) {
 		name := fmt.Sprintf("batch=%d/receipts=%v", k, c.receipts)
 		if c.classes {
 			// Release classes set, nothing late: what the claim of a
-			// namespace with classes pays while the fleet keeps up.
+			// namespace with classes pays while the fleet keeps up (at
+			// k = 8 only: at k = 1 this load, two due a shard and one
+			// claimed, builds a backlog, and the shards fall behind).
 			name += "/classes"
 		}
 		b.Run(name, func(b *testing.B) {

@@ -363,6 +363,8 @@ func (s *Store) putClass(ctx context.Context, c Class, ok func(old *Class) bool)
 // classes, whose claims set nothing apart by class.
 type ClassPlan struct {
 	Classes []Class // live, by name, the default class last (its stored weight, or 1)
+
+	patterns string // every class's but the default's, as claimFairScript reads them
 }
 
 // NewClassPlan returns the plan of classes (as Classes reads them), or nil
@@ -385,6 +387,14 @@ func NewClassPlan(classes []Class) *ClassPlan {
 		return nil
 	}
 	p.Classes = append(p.Classes, def)
+	var b strings.Builder
+	for _, c := range p.Classes[:len(p.Classes)-1] {
+		b.WriteString(strconv.Itoa(len(c.Topics)) + ";")
+		for _, t := range c.Topics {
+			b.WriteString(strconv.Itoa(len(t)) + ":" + t)
+		}
+	}
+	p.patterns = b.String()
 	return p
 }
 
@@ -411,20 +421,14 @@ func (s *Store) fairClaim(i, k int, lease time.Duration, topics []string, p *Cla
 		rkey = ks.Due // no nonce: never written
 	}
 	keys := append(make([]string, 0, 5+len(topics)+len(p.Classes)), ks.Due, ks.Msg, ks.Inflight, ks.Attempts, rkey)
-	args := append(make([]any, 0, 10+len(topics)+2*len(p.Classes)), k, lease.Milliseconds(), MaxReap, maxFairPerClaim,
-		nonce, FairAfter.Milliseconds(), len(topics))
+	args := append(make([]any, 0, 10+len(topics)), k, lease.Milliseconds(), MaxReap, k+1,
+		nonce, maxFairPerClaim, FairAfter.Milliseconds(), len(topics))
 	for _, t := range topics {
 		keys, args = append(keys, HeldKey(s.ns, i, t)), append(args, t)
 	}
-	args = append(args, len(p.Classes))
-	for j, c := range p.Classes {
+	args = append(args, len(p.Classes), p.patterns)
+	for _, c := range p.Classes {
 		keys = append(keys, BacklogKey(s.ns, i, c.Name))
-		if j < len(p.Classes)-1 {
-			args = append(args, len(c.Topics))
-			for _, t := range c.Topics {
-				args = append(args, t)
-			}
-		}
 	}
 	return call{script: claimFairScript, keys: keys, args: args}
 }

@@ -10,11 +10,12 @@ import "github.com/redis/go-redis/v9"
 
 // claimFairScript is the claim (claimScript, claimHoldScript) of a
 // namespace with release classes. While its shard is not behind, it is
-// claimHoldScript. Behind (the earliest due entry is more than the
-// threshold late, or the shard's backlog sets hold anything), it leases
-// nothing: it moves due entries into the backlog set of their topic's
-// class (a topic under flow control into its held set, as the claim
-// does), where the releasers take them by the classes' shares.
+// claimScript (claimHoldScript with topics under flow control). Behind
+// (the earliest due entry is more than the threshold late, or the shard's
+// backlog sets hold anything while something is due), it leases nothing:
+// it moves due entries into the backlog set of their topic's class (a
+// topic under flow control into its held set, as the claim does), where
+// the releasers take them by the classes' shares.
 //
 //	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] inflight ZSET   KEYS[4] attempts HASH
 //	KEYS[5] the claim's receipt STRING (written only with a nonce; receipts.go)
@@ -22,58 +23,69 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[5+t+j] the backlog ZSET of class j (j = 1..c; the last is the
 //	default class, of every topic no other class names)
 //	ARGV[1] k, the most messages to claim (>= 1)   ARGV[2] lease ms
-//	ARGV[3] r, the most expired leases to re-queue (>= 1)
-//	ARGV[4] h, the most entries to set apart in this call (>= 2)
-//	ARGV[5] the claim's nonce ("": no receipt)   ARGV[6] the threshold ms
-//	ARGV[7] t   ARGV[7+j] the name of controlled topic j
-//	ARGV[8+t] c, then for each class but the default: its number of
-//	patterns p, then its p patterns (a topic, or a prefix ending in *)
+//	ARGV[3] r, the most expired leases to re-queue (>= 1)   ARGV[4] k + 1
+//	ARGV[5] the claim's nonce ("": no receipt)
+//	ARGV[6] h, the most entries to set apart in this call (>= 2)
+//	ARGV[7] the threshold ms
+//	ARGV[8] t   ARGV[8+j] the name of controlled topic j
+//	ARGV[9+t] c   ARGV[10+t] the patterns of each class but the default,
+//	in the order of their keys: for each class "<p>;" and then its p
+//	patterns (a topic, or a prefix ending in *), each as "<bytes>:<it>"
+//	(one argument, read only when the shard is behind)
 //
-// Behind, it reads at most h due entries (score <= now): the h/2 latest
-// due first, then the earliest, so what falls due now reaches its class
-// within one call however long a backlog stands before it, while the
-// backlog is set apart from its oldest end; it reads their topics from
-// their envelopes (topicOf; an envelope that cannot be read goes to the
-// default class, whose releaser hands it on to be dead-lettered) and
+// It reads the earliest due entry (one ZRANGEBYSCORE); only when there is
+// one does it look further (EXISTS of the backlogs, while it is not late
+// enough on its own). Behind, it reads at most h due entries (score <=
+// now): the h/2 latest due first, then the earliest, so what falls due
+// now reaches its class within one call however long a backlog stands
+// before it, while the backlog is set apart from its oldest end; it reads
+// their topics from their envelopes (topicOf; an envelope that cannot be
+// read goes to the default class, whose releaser hands it on to be
+// dead-lettered), matches them against the patterns (read only then), and
 // moves each, scored by its due time. Nothing is ever moved before it is
 // due, and a backlog set is released by due time, so nothing is early.
 //
 // Returns {now, head, reaped, lease head, moved, id, token, scheduled,
 // envelope|nil, attempts, ...}: claimHoldScript's reply; behind, with no
 // messages and moved counting the entries it set apart.
-// Complexity: O((k + h + r) log N + h p) for p patterns in all.
-var claimFairScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + receiptPrelude + holdThenLease + `
-local k, h, t = tonumber(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[7])
-local held = {}
-for j = 1, t do held[ARGV[7 + j]] = KEYS[5 + j] end
-local c = tonumber(ARGV[8 + t])
-local backlogs, exact, prefixes = {}, {}, {}
-local a = 9 + t
-for j = 1, c do
-  local key = KEYS[5 + t + j]
-  backlogs[j] = key
-  if j < c then
-    local p = tonumber(ARGV[a])
-    for q = 1, p do
-      local pat = ARGV[a + q]
-      if string.sub(pat, -1) == '*' then
-        prefixes[#prefixes + 1] = {string.sub(pat, 1, -2), key}
-      else
-        exact[pat] = key
-      end
-    end
-    a = a + p + 1
-  end
-end
+// Complexity: as claimScript while not behind, plus O(log N); behind,
+// O((h + r) log N + h p) for p patterns in all.
+var claimFairScript = redis.NewScript(nowMs + metaOf + reapExpired + leaseAll + topicOf + receiptPrelude + holdThenLease + plainClaim + `
+local k, t = tonumber(ARGV[1]), tonumber(ARGV[8])
+local c = tonumber(ARGV[9 + t])
+local backlogs = {}
+for j = 1, c do backlogs[j] = KEYS[5 + t + j] end
 local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1, 0}
 if #lh > 0 then out[4] = tonumber(lh[2]) end
-local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
-local behind = #head > 0 and tonumber(head[2]) <= now - tonumber(ARGV[6])
-if not behind and #head > 0 and tonumber(head[2]) <= now then
-  behind = redis.call('EXISTS', unpack(backlogs)) > 0
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', '0', '1')
+local behind = false
+if #first > 0 then
+  behind = tonumber(first[2]) <= now - tonumber(ARGV[7])
+  if not behind then behind = redis.call('EXISTS', unpack(backlogs)) > 0 end
 end
+local held = {}
+for j = 1, t do held[ARGV[8 + j]] = KEYS[5 + j] end
 if behind then
+  local exact, prefixes = {}, {}
+  local blob, pos = ARGV[10 + t], 1
+  for j = 1, c - 1 do
+    local e = string.find(blob, ';', pos, true)
+    local p = tonumber(string.sub(blob, pos, e - 1))
+    pos = e + 1
+    for q = 1, p do
+      local e2 = string.find(blob, ':', pos, true)
+      local n = tonumber(string.sub(blob, pos, e2 - 1))
+      local pat = string.sub(blob, e2 + 1, e2 + n)
+      pos = e2 + n + 1
+      if string.sub(pat, -1) == '*' then
+        prefixes[#prefixes + 1] = {string.sub(pat, 1, -2), backlogs[j]}
+      else
+        exact[pat] = backlogs[j]
+      end
+    end
+  end
+  local h = tonumber(ARGV[6])
   local half = math.max(1, math.floor(h / 2))
   local ids, scores, seen = {}, {}, {}
   local latest = redis.call('ZREVRANGEBYSCORE', KEYS[1], now, '-inf', 'WITHSCORES', 'LIMIT', '0', half)
@@ -115,13 +127,17 @@ if behind then
   for key, add in pairs(adds) do redis.call('ZADD', key, unpack(add)) end
   redis.call('ZREM', KEYS[1], unpack(ids))
   out[5] = #ids
-  head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+  local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
   if #head > 0 then out[2] = tonumber(head[2]) end
   return out
 end
+if t == 0 then
+  plain_claim(out, k, ARGV[4], ARGV[2], ARGV[5])
+  return out
+end
 local ids, scores, envs = {}, {}, {}
-out[5] = hold_then_lease(k, h, held, ids, scores, envs)
-head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+out[5] = hold_then_lease(k, tonumber(ARGV[6]), held, ids, scores, envs)
+local head = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
 if #ids > 0 then
   local deadline = lease_all(KEYS[3], KEYS[4], ids, scores, envs, tonumber(ARGV[2]), out)

@@ -318,63 +318,75 @@ end
 // message was scheduled for; attempts counts earlier deliveries (0 on the
 // first).
 // Complexity: O(log N + (k + r) log N).
-var claimScript = redis.NewScript(nowMs + metaOf + reapExpired + receiptPrelude + `
-local k = tonumber(ARGV[1])
+var claimScript = redis.NewScript(nowMs + metaOf + reapExpired + receiptPrelude + plainClaim + `
 local reaped, lh = reap(tonumber(ARGV[3]))
 local out = {now, -1, reaped, -1}
 if #lh > 0 then out[4] = tonumber(lh[2]) end
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', k == 1 and '+inf' or string.format('%d', now), 'WITHSCORES', 'LIMIT', '0', ARGV[4])
-local n, dues = 0, {}
-while n < k and 2 * n + 2 <= #first do
-  local d = tonumber(first[2 * n + 2])
-  if d > now then break end
-  n = n + 1
-  dues[n] = d
-end
-if 2 * n + 2 <= #first then out[2] = tonumber(first[2 * n + 2]) end
-if n > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], '0', n == 1 and '0' or n - 1)
-  local deadline = now + tonumber(ARGV[2])
-  local dl = string.format('%d', deadline)
-  local ids, leases = {}, {}
-  for i = 1, n do
-    ids[i] = first[2 * i - 1]
-    leases[2 * i - 1] = dl
-    leases[2 * i] = ids[i]
-  end
-  redis.call('ZADD', KEYS[3], unpack(leases))
-  if out[4] < 0 or deadline < out[4] then out[4] = deadline end
-  local envs = redis.call('HMGET', KEYS[2], unpack(ids))
-  local metas = redis.call('HMGET', KEYS[4], unpack(ids))
-  local upd = {}
-  for i = 1, n do
-    -- The usual case, a first delivery, has no attempts entry: its
-    -- scheduled time is the score, written as Redis gave it (an integer
-    -- below 2^53 prints without exponent), with no parsing or formatting.
-    local a, s, rf = 0, nil, 0
-    if metas[i] then a, s, rf = meta_of(metas[i]) end
-    upd[2 * i - 1] = ids[i]
-    if s then
-      upd[2 * i] = meta(a, s, rf)
-    else
-      s = dues[i]
-      upd[2 * i] = (a == 0 and '0' or a) .. ':' .. first[2 * i]
-    end
-    out[#out + 1] = ids[i]
-    out[#out + 1] = deadline
-    out[#out + 1] = s
-    out[#out + 1] = envs[i]
-    out[#out + 1] = a
-  end
-  redis.call('HSET', KEYS[4], unpack(upd))
-  receipt(KEYS[5], ARGV[5], deadline, ids, ARGV[2])
-end
-if out[2] < 0 and k > 1 then
-  local h = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
-  if #h > 0 then out[2] = tonumber(h[2]) end
-end
+plain_claim(out, tonumber(ARGV[1]), ARGV[4], ARGV[2], ARGV[5])
 return out
 `)
+
+// plainClaim is plain_claim(out, k, k1, lease, nonce), the claim's reading
+// and leasing after its reaper (claimScript, and claimFairScript while its
+// shard is not behind and no topic is under flow control): up to k due
+// entries of the due set KEYS[1] (k1 is k + 1, a string) leased into
+// KEYS[3] for lease ms (a string), their envelopes from KEYS[2], their
+// attempts in KEYS[4], and with a nonce a receipt in KEYS[5]; five reply
+// fields a message appended to out, and out[2] set to the new head.
+const plainClaim = `
+local function plain_claim(out, k, k1, lease, nonce)
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', k == 1 and '+inf' or string.format('%d', now), 'WITHSCORES', 'LIMIT', '0', k1)
+  local n, dues = 0, {}
+  while n < k and 2 * n + 2 <= #first do
+    local d = tonumber(first[2 * n + 2])
+    if d > now then break end
+    n = n + 1
+    dues[n] = d
+  end
+  if 2 * n + 2 <= #first then out[2] = tonumber(first[2 * n + 2]) end
+  if n > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], '0', n == 1 and '0' or n - 1)
+    local deadline = now + tonumber(lease)
+    local dl = string.format('%d', deadline)
+    local ids, leases = {}, {}
+    for i = 1, n do
+      ids[i] = first[2 * i - 1]
+      leases[2 * i - 1] = dl
+      leases[2 * i] = ids[i]
+    end
+    redis.call('ZADD', KEYS[3], unpack(leases))
+    if out[4] < 0 or deadline < out[4] then out[4] = deadline end
+    local envs = redis.call('HMGET', KEYS[2], unpack(ids))
+    local metas = redis.call('HMGET', KEYS[4], unpack(ids))
+    local upd = {}
+    for i = 1, n do
+      -- The usual case, a first delivery, has no attempts entry: its
+      -- scheduled time is the score, written as Redis gave it (an integer
+      -- below 2^53 prints without exponent), with no parsing or formatting.
+      local a, s, rf = 0, nil, 0
+      if metas[i] then a, s, rf = meta_of(metas[i]) end
+      upd[2 * i - 1] = ids[i]
+      if s then
+        upd[2 * i] = meta(a, s, rf)
+      else
+        s = dues[i]
+        upd[2 * i] = (a == 0 and '0' or a) .. ':' .. first[2 * i]
+      end
+      out[#out + 1] = ids[i]
+      out[#out + 1] = deadline
+      out[#out + 1] = s
+      out[#out + 1] = envs[i]
+      out[#out + 1] = a
+    end
+    redis.call('HSET', KEYS[4], unpack(upd))
+    receipt(KEYS[5], nonce, deadline, ids, lease)
+  end
+  if out[2] < 0 and k > 1 then
+    local h = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
+    if #h > 0 then out[2] = tonumber(h[2]) end
+  end
+end
+`
 
 // ackScript ends the life of messages whose publish the broker confirmed,
 // in one shard or several (a single Redis server takes the leases of
