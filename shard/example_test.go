@@ -83,3 +83,32 @@ func ExampleProducer_EnqueueBatch() {
 	// trial-end-user-8 2030-01-01T09:00:00Z
 	// rejected: enqueue "": invalid id: empty
 }
+
+// When the fleet is behind, release a two-factor code before anything
+// else, and a campaign's backlog at a third of the rest's pace.
+func ExampleStore_SetClass() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	store, _ := shard.NewStore(rdb, "example-classes")
+
+	for _, c := range []shard.Class{
+		{Name: "urgent", Topics: []string{"auth.*"}, Strict: true},
+		{Name: "campaigns", Topics: []string{"campaign.*"}, Weight: 1},
+		{Name: shard.DefaultClass, Weight: 3}, // every topic no other class names
+	} {
+		set, err := store.SetClass(ctx, c, "example")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%s: %s\n", set.Name, set)
+	}
+	// A topic belongs to one class.
+	_, err := store.SetClass(ctx, shard.Class{Name: "otp", Topics: []string{"auth.otp"}, Weight: 5}, "example")
+	fmt.Println(errors.Is(err, shard.ErrOverlap))
+	// Output:
+	// urgent: strict, topics auth.*
+	// campaigns: weight 1, topics campaign.*
+	// default: weight 3
+	// true
+}
