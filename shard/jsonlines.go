@@ -41,6 +41,8 @@ type jsonLine struct {
 	BodyBase64  *string                    `json:"body_base64"`
 	ContentType string                     `json:"content_type"`
 	Retry       []string                   `json:"retry"`
+	RetryStep   int                        `json:"retry_step"`
+	Attempts    int                        `json:"attempts"`
 
 	ContentEncoding string `json:"content_encoding"`
 	CorrelationID   string `json:"correlation_id"`
@@ -64,7 +66,8 @@ type jsonLine struct {
 // (text) or body_base64; content_type; retry (a schedule: ["15s","3m"]);
 // the AMQP properties content_encoding, correlation_id, reply_to,
 // expiration, type, app_id, priority, delivery_mode and timestamp (unix
-// seconds). Blank lines are skipped.
+// seconds); and, as an export writes them (AppendLine), retry_step and
+// attempts (Message.RetryStep, Attempts). Blank lines are skipped.
 type LineReader struct {
 	r       *bufio.Reader
 	line    int
@@ -195,6 +198,7 @@ func parseLine(raw []byte, template bool) (Message, error) {
 		}
 		m.Retry = append(m.Retry, d)
 	}
+	m.RetryStep, m.Attempts = l.RetryStep, l.Attempts
 	switch {
 	case l.DelayMs != nil && l.AtMs != nil:
 		return Message{}, invalid("delay_ms", "give delay_ms or at_ms, not both")

@@ -122,7 +122,18 @@ type Message struct {
 	// []time.Duration{15*time.Second, 3*time.Minute, 10*time.Minute}.
 	// At most MaxRetrySteps steps, each in (0, MaxDelay].
 	Retry []time.Duration
+
+	// RetryStep and Attempts restore a message as an export wrote it
+	// (delayq export, then enqueue -f; export.go): the step of its retry
+	// schedule it is at (0, the original delivery, to len(Retry)), and
+	// the deliveries it had that were not acked (its next is published
+	// with x-delayq-attempt Attempts + 1). A new message leaves both 0.
+	RetryStep int
+	Attempts  int
 }
+
+// MaxAttempts is the most deliveries a restored message may say it had.
+const MaxAttempts = 1_000_000
 
 // MaxRetrySteps is the longest retry schedule accepted.
 const MaxRetrySteps = 32
@@ -257,7 +268,15 @@ func (m *Message) envelope(maxBody int, now time.Time) (Envelope, error) {
 			}
 			parts[i] = d.String()
 		}
-		hs = withRetryHeaders(hs, strings.Join(parts, ","), 0)
+		if m.RetryStep < 0 || m.RetryStep > len(m.Retry) {
+			return Envelope{}, invalid("retry_step", "%d is outside [0, %d], the steps of its retry schedule", m.RetryStep, len(m.Retry))
+		}
+		hs = withRetryHeaders(hs, strings.Join(parts, ","), m.RetryStep)
+	} else if m.RetryStep != 0 {
+		return Envelope{}, invalid("retry_step", "%d without a retry schedule", m.RetryStep)
+	}
+	if m.Attempts < 0 || m.Attempts > MaxAttempts {
+		return Envelope{}, invalid("attempts", "%d is outside [0, %d]", m.Attempts, MaxAttempts)
 	}
 	p := m.Properties
 	if !p.Timestamp.IsZero() {

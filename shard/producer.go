@@ -263,6 +263,13 @@ func (p *Producer) Upsert(ctx context.Context, m Message) (Scheduled, error) {
 }
 
 func (p *Producer) enqueue(ctx context.Context, m Message, upsert bool) (Scheduled, error) {
+	if m.Attempts > 0 { // an exported message read back: the batch restores its attempts
+		res, err := p.enqueueBatch(ctx, []Message{m}, upsert)
+		if err == nil {
+			err = res[0].Err
+		}
+		return res[0].Scheduled, err
+	}
 	ctx, span := tracing.StartCreate(ctx, destinationOf(&m), 1)
 	if span != nil {
 		defer span.End()
@@ -484,6 +491,9 @@ func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool
 			}
 			res[i].Due = time.UnixMilli(due)
 		}
+	}
+	if err := p.restoreAttempts(ctx, msgs, res); err != nil && batchErr == nil {
+		batchErr = fmt.Errorf("enqueue batch: %w", err)
 	}
 	return res, batchErr
 }

@@ -39,6 +39,7 @@ type progress struct {
 	start time.Time
 	total int64 // input size in bytes; 0 when unknown (stdin)
 	last  time.Time
+	noun  string // what was done to the N: "enqueued" when empty
 }
 
 // line renders the progress line for n messages and read bytes at now.
@@ -48,7 +49,11 @@ func (p *progress) line(n int, read int64, now time.Time) string {
 	if el > 0 {
 		rate = float64(n) / el
 	}
-	s := fmt.Sprintf("%d enqueued, %.0f/s", n, rate)
+	noun := p.noun
+	if noun == "" {
+		noun = "enqueued"
+	}
+	s := fmt.Sprintf("%d %s, %.0f/s", n, noun, rate)
 	if p.total > 0 && read > 0 {
 		frac := min(1, float64(read)/float64(p.total))
 		s += fmt.Sprintf(", %.0f%%", 100*frac)
