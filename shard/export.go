@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -106,6 +107,47 @@ func AppendLine(dst []byte, id string, dueMs int64, attempts int, env *Envelope)
 	return append(dst, b.Bytes()...), nil
 }
 
+// ExportCursor is where an export goes on: in shard Shard, in Part (""
+// the due set and the far tier merged; else a set apart, "held:<topic>"
+// or "class:<name>"), after entry After.
+type ExportCursor struct {
+	Shard int
+	Part  string
+	After ListCursor
+}
+
+// String is the cursor as people pass it back: "<shard>:<due ms>:<id>" in
+// the due set (delayq list's form), "<shard>@<n>:<part>:<due ms>:<id>" in
+// a set apart whose name is n bytes long.
+func (c ExportCursor) String() string {
+	if c.Part == "" {
+		return BrowseCursor{Shard: c.Shard, After: c.After}.String()
+	}
+	return fmt.Sprintf("%d@%d:%s:%d:%s", c.Shard, len(c.Part), c.Part, c.After.DueMs, c.After.ID)
+}
+
+// ParseExportCursor reads ExportCursor.String ("" is the start).
+func ParseExportCursor(s string) (ExportCursor, error) {
+	sh, rest, ok := strings.Cut(s, "@")
+	if !ok {
+		b, err := ParseBrowseCursor(s)
+		return ExportCursor{Shard: b.Shard, After: b.After}, err
+	}
+	bad := fmt.Errorf("%q: want a cursor as a stopped export printed it", s)
+	i, err := strconv.Atoi(sh)
+	ln, tail, ok2 := strings.Cut(rest, ":")
+	n, err2 := strconv.Atoi(ln)
+	if err != nil || err2 != nil || !ok2 || i < 0 || n <= 0 || n >= len(tail) || tail[n] != ':' {
+		return ExportCursor{}, bad
+	}
+	part := tail[:n]
+	b, err := ParseBrowseCursor("0:" + tail[n+1:])
+	if err != nil || !strings.HasPrefix(part, "held:") && !strings.HasPrefix(part, "class:") {
+		return ExportCursor{}, bad
+	}
+	return ExportCursor{Shard: i, Part: part, After: b.After}, nil
+}
+
 // Exported is one message of an export: its line, or why it has none
 // (Err: a corrupt envelope, an occurrence of a schedule), and where the
 // export goes on after it.
@@ -113,43 +155,92 @@ type Exported struct {
 	ID   string
 	Line []byte // nil with Err
 	Err  error
-	Next BrowseCursor
+	Next ExportCursor
 }
 
 // Export calls fn with every scheduled message of shards [0, shards)
-// after cursor, shard by shard, each in (due, id) order, near and far
-// merged (delayq list's order), a page of n at a time: bounded memory
+// after cursor, shard by shard: first its due set and far tier merged, in
+// (due, id) order (delayq list's order), then what its sets apart hold
+// (due messages a limited topic or a class's turn holds back: the held
+// sets of the topics with a flow, then every class's backlog), each in
+// (due, id) order; a page of n at a time, so memory stays bounded
 // whatever the backlog. fn's error stops it and is returned. Messages in
-// flight are not scheduled and are not exported; nor are those set apart
-// by flow control or in a class's backlog (due now: the source publishes
-// them). A walk is not a snapshot: a message enqueued or cancelled
-// meanwhile may or may not be in it.
-func (s *Store) Export(ctx context.Context, shards int, after BrowseCursor, n int, fn func(Exported) error) error {
+// flight are being published and are not exported. A walk is not a
+// snapshot: a message enqueued, cancelled or released meanwhile may or
+// may not be in it.
+func (s *Store) Export(ctx context.Context, shards int, after ExportCursor, n int, fn func(Exported) error) error {
+	apart, err := s.apartSets(ctx, BulkFilter{All: true})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	parts := make([]string, len(apart))
+	for j, a := range apart {
+		parts[j] = "held:" + a.topic
+		if a.class != "" {
+			parts[j] = "class:" + a.class
+		}
+	}
+	// By name, so that a cursor's part says which come before it.
+	order := make([]int, len(parts))
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(parts[a], parts[b]) })
+	emit := func(i int, part string, l Listed) error {
+		e := Exported{ID: l.ID, Next: ExportCursor{Shard: i, Part: part, After: ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}}}
+		if l.Envelope == nil {
+			e.Err = fmt.Errorf("export %q in shard %d: %w", l.ID, i, l.Corrupt)
+		} else {
+			e.Line, e.Err = AppendLine(nil, l.ID, l.Due.UnixMilli(), l.Attempts, l.Envelope)
+		}
+		return fn(e)
+	}
 	for i := after.Shard; i < shards; i++ {
-		from := ListCursor{}
+		from := ExportCursor{Shard: i}
 		if i == after.Shard {
-			from = after.After
+			from = after
 		}
-		w, err := s.walkShard(ctx, i, from, 0)
-		if err != nil {
-			return fmt.Errorf("export shard %d: %w", i, err)
-		}
-		for {
-			l, ok, err := w.next(ctx, n)
+		if from.Part == "" {
+			w, err := s.walkShard(ctx, i, from.After, 0)
 			if err != nil {
 				return fmt.Errorf("export shard %d: %w", i, err)
 			}
-			if !ok {
-				break
+			for {
+				l, ok, err := w.next(ctx, n)
+				if err != nil {
+					return fmt.Errorf("export shard %d: %w", i, err)
+				}
+				if !ok {
+					break
+				}
+				if err := emit(i, "", l); err != nil {
+					return err
+				}
 			}
-			e := Exported{ID: l.ID, Next: BrowseCursor{Shard: i, After: ListCursor{ID: l.ID, DueMs: l.Due.UnixMilli()}}}
-			if l.Envelope == nil {
-				e.Err = fmt.Errorf("export %q in shard %d: %w", l.ID, i, l.Corrupt)
-			} else {
-				e.Line, e.Err = AppendLine(nil, l.ID, l.Due.UnixMilli(), l.Attempts, l.Envelope)
+		}
+		for _, j := range order {
+			part := parts[j]
+			cur := ListCursor{}
+			switch {
+			case from.Part == part:
+				cur = from.After
+			case from.Part != "" && part < from.Part:
+				continue // done before the stop
 			}
-			if err := fn(e); err != nil {
-				return err
+			for {
+				page, next, more, err := s.listSet(ctx, i, apart[j].key(s.ns, i), cur, min(max(n, 1), maxListPage))
+				if err != nil {
+					return fmt.Errorf("export shard %d, %s: %w", i, part, err)
+				}
+				for _, l := range page {
+					if err := emit(i, part, l); err != nil {
+						return err
+					}
+				}
+				if !more {
+					break
+				}
+				cur = next
 			}
 		}
 	}

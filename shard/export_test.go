@@ -1,6 +1,9 @@
 package shard
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Test hooks of the far tier: its keys, and one promote call on raw
 // records, as a promoter that crashes after it would have made it.
@@ -26,3 +29,6 @@ func FarIndexKey(ns string, i int, id string, slots int) string {
 }
 
 func FarBlocksKey(ns string, i int, b int64) string { return farKeysOf(ns, i).blocks(b) }
+
+// EnvelopeOf is the envelope m is stored as.
+func EnvelopeOf(m Message, now time.Time) (Envelope, error) { return m.envelope(DefaultMaxBody, now) }

@@ -186,11 +186,17 @@ func (q *BrowseQuery) matches(l *Listed) bool {
 // script call of O(log N + n) work, so a listing never blocks Redis, and a
 // listing of a set that changes meanwhile is a walk, not a snapshot.
 func (s *Store) List(ctx context.Context, i int, after ListCursor, n int) (page []Listed, next ListCursor, more bool, err error) {
+	return s.listSet(ctx, i, ShardKeys(s.ns, i).Due, after, n)
+}
+
+// listSet is List of the ZSET key of shard i (its due set, a held set, a
+// class's backlog: id -> due).
+func (s *Store) listSet(ctx context.Context, i int, key string, after ListCursor, n int) (page []Listed, next ListCursor, more bool, err error) {
 	if n < 1 || n > maxListPage {
 		return nil, after, false, fmt.Errorf("list shard %d: page size %d: want 1 to %d", i, n, maxListPage)
 	}
 	ks := ShardKeys(s.ns, i)
-	v, err := s.run1(ctx, listScript, []string{ks.Due, ks.Msg, ks.Attempts}, after.ID, after.DueMs, n).Slice()
+	v, err := s.run1(ctx, listScript, []string{key, ks.Msg, ks.Attempts}, after.ID, after.DueMs, n).Slice()
 	if err != nil {
 		return nil, after, false, fmt.Errorf("list shard %d: %w", i, err)
 	}

@@ -833,7 +833,8 @@ return {1, due}
 
 // listScript reads one page of a shard's scheduled messages, in due order.
 //
-//	KEYS[1] due ZSET   KEYS[2] msg HASH   KEYS[3] attempts HASH
+//	KEYS[1] due ZSET (or a held set, a class's backlog: the export)
+//	KEYS[2] msg HASH   KEYS[3] attempts HASH
 //	ARGV[1] the id the last page ended with, or ""
 //	ARGV[2] that id's due ms (with no id: start at the first entry due at
 //	or after it; 0: at the earliest)   ARGV[3] n, the page size (at most maxListPage)

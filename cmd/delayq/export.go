@@ -47,7 +47,7 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "delayq export: unexpected argument %q\nusage: delayq export %s\n", pos[0], exportCommand().args)
 		return exitUsage
 	}
-	cur, err := shard.ParseBrowseCursor(*after)
+	cur, err := shard.ParseExportCursor(*after)
 	if err != nil {
 		return e.fail("export", &shard.InvalidError{Field: "after", Reason: err.Error()})
 	}
