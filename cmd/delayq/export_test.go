@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
 )
 
 // exportVariety is message j of a round trip: every destination form,
@@ -61,9 +62,10 @@ func exportVariety(j int, base time.Time) shard.Message {
 }
 
 // TestExportImportRoundTrip: 100,000 messages with every field and header
-// type are exported, read back by enqueue -f into another namespace, and
-// exported again: the two exports are the same bytes; a message's
-// attempts, retry step, deadline and typed headers come back as they were.
+// type are exported, read back by enqueue -f into another namespace and
+// into a Redis Cluster of three masters, and exported again from each:
+// every export is the same bytes; a message's attempts and due time come
+// back as they were; a bad line is named by number and the rest go in.
 func TestExportImportRoundTrip(t *testing.T) {
 	const n = 100_000
 	w := newWorld(t, 8)
@@ -118,6 +120,24 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 	t.Logf("%d messages, %d bytes: export %s (%.0f msg/s), enqueue -f %s (%.0f msg/s)", n, len(lines),
 		took.Round(time.Millisecond), n/took.Seconds(), tookIn.Round(time.Millisecond), n/tookIn.Seconds())
+	// And from one Redis to a Redis Cluster of three masters (the same M):
+	// the same lines again.
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	onCluster := &world{t: t, ns: w.ns + "-cluster", got: map[string][]received{}}
+	onCluster.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+onCluster.ns, "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
+	if out, e, code := onCluster.delayq(string(lines), "enqueue", "-f", "-"); code != 0 ||
+		!strings.Contains(out, fmt.Sprintf("enqueued %d, duplicates 0, rejected 0", n)) {
+		t.Fatalf("enqueue -f into the cluster: exit %d %s %s", code, out, e)
+	}
+	third := filepath.Join(dir, "third.jsonl")
+	if _, e, code := onCluster.delayq("", "export", "-o", third); code != 0 {
+		t.Fatalf("export from the cluster: exit %d %s", code, e)
+	}
+	if fromCluster, err := os.ReadFile(third); err != nil || !bytes.Equal(lines, fromCluster) {
+		t.Fatalf("export from the cluster differs from the first (%d and %d bytes): %v", len(lines), len(fromCluster), err)
+	}
 	// What the consumer would see: attempts and typed headers as they were.
 	copyStore, err := shard.NewStore(rdb, to.ns)
 	must(t, err)
