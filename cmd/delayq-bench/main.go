@@ -75,7 +75,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,far,bulk,ingress,console,flow,schedules,tracing,quota,fair; ab, with -before, only when named); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,far,bulk,ingress,console,flow,schedules,tracing,quota,fair,export; ab, with -before, only when named); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
 	flag.StringVar(&c.before, "before", "", "flow, tracing and ab scenarios: a delayq binary of another build (the one before a change or feature), for the A/B "+
@@ -183,6 +183,7 @@ type results struct {
 	Tracing     *tracingResult     `json:"tracing,omitempty"`
 	Quota       *quotaResult       `json:"quota,omitempty"`
 	Fair        *fairResult        `json:"fair,omitempty"`
+	Export      *exportResult      `json:"export,omitempty"`
 	AB          *abResult          `json:"ab,omitempty"`
 	Targets     []target           `json:"targets"`
 	Notes       []string           `json:"notes,omitempty"`
