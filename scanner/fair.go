@@ -412,9 +412,14 @@ func (s *Scanner) scanBacklogs(ctx context.Context, shards []int) {
 	s.fair.mu.Lock()
 	var gone []shard.Class
 	cutoff := s.d.Now().Add(-forgetAfter).UnixMilli()
-	for _, st := range s.fair.classes {
-		if st.def.DeletedMs > 0 && st.def.DeletedMs < cutoff && len(st.heads) == 0 {
-			gone = append(gone, st.def)
+	// While the default class's backlog holds anything, a deleted class
+	// stays: the last stored class gone, no process would look at the
+	// backlogs any more (nor would a cancel).
+	if def := s.fair.classes[shard.DefaultClass]; def == nil || len(def.heads) == 0 {
+		for _, st := range s.fair.classes {
+			if st.def.DeletedMs > 0 && st.def.DeletedMs < cutoff && len(st.heads) == 0 {
+				gone = append(gone, st.def)
+			}
 		}
 	}
 	s.fair.mu.Unlock()
