@@ -514,11 +514,13 @@
 // of it the EXISTS of the backlogs; the patterns travel as one argument
 // and are read only when the shard is behind.
 //
-// # Moving to another Redis (the design; not built yet)
+// # Moving to another Redis (export and import built; the live move's batch built, its command not yet)
 //
 // Export, import and a live move of every pending message, so that a team
 // outgrows one Redis (for a Cluster, another region, a new namespace)
-// without a pause. The plan:
+// without a pause. Built: Export and AppendLine (export.go), read back by
+// enqueue -f; MovePage, the live move's batch (move.go, steps 1-4 below,
+// without the journal). The plan:
 //
 //   - One line format: export writes each scheduled message as the JSON
 //     Lines object enqueue -f reads (jsonlines.go), with its due time as

@@ -20,6 +20,8 @@ type Listed struct {
 	Far      bool      // it waits in the far tier (doc.go), not yet in the due set
 	Envelope *Envelope // nil when Corrupt is set
 	Corrupt  error     // why the stored envelope could not be decoded
+
+	raw []byte // the envelope as stored (List; the move compares it)
 }
 
 // ListCursor is where a listing of one shard goes on: after the entry with
@@ -206,7 +208,8 @@ func (s *Store) listSet(ctx context.Context, i int, key string, after ListCursor
 	r := reply{v: v, what: "list reply"}
 	for o := 0; o < len(v); o += 4 {
 		l := Listed{ID: r.str(o), Shard: i, Due: time.UnixMilli(r.int(o + 1))}
-		if raw := r.optBytes(o + 2); raw == nil {
+		l.raw = r.optBytes(o + 2)
+		if raw := l.raw; raw == nil {
 			l.Corrupt = errors.New("envelope missing from the msg hash")
 		} else if env, err := DecodeEnvelope(raw); err != nil {
 			l.Corrupt = err

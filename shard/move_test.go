@@ -1,0 +1,145 @@
+package shard_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/shardtest"
+)
+
+// TestMovePageRacesTheSource: a move of 3,000 messages from one namespace
+// to another, page by page, while the source cancels 300 of them and
+// reschedules 300, and a producer has written 100 of them to the target
+// too. At the end every message is in exactly one place: a cancelled one
+// nowhere, a rescheduled one at its new time (on whichever side the move
+// left it), one written to both sides once, on the target; what falls due
+// within the margin stays on the source; every other message is on the
+// target as it was.
+func TestMovePageRacesTheSource(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	ctx := t.Context()
+	rdb := srv.Client(t)
+	ns := shardtest.Namespace(t)
+	src, err := shard.NewStore(rdb, ns+"-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := shard.NewStore(rdb, ns+"-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := shard.NewProducer(src, fixed(4), shard.ProducerOptions{})
+	to := shard.NewProducer(dst, fixed(4), shard.ProducerOptions{})
+	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	var msgs []shard.Message
+	for j := range 3000 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("m-%04d", j), Topic: "t", Body: []byte("x"), At: base.Add(time.Duration(j) * time.Millisecond)})
+	}
+	for j := range 20 { // within the margin: the source's to publish
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("soon-%d", j), Topic: "t", Body: []byte("x"), Delay: 20 * time.Second})
+	}
+	for k := 0; k < len(msgs); k += 500 {
+		if _, err := from.EnqueueBatch(ctx, msgs[k:min(k+500, len(msgs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for j := range 100 { // a producer that writes to both sides
+		m := msgs[2000+j]
+		m.Body = []byte("target's")
+		if _, err := to.Enqueue(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelled, rescheduled := map[string]bool{}, map[string]time.Time{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Go(func() { // the source's own operations, racing the move
+		for j := 0; j < 600; j++ {
+			id := fmt.Sprintf("m-%04d", j*5)
+			if j%2 == 0 {
+				err := from.Cancel(ctx, id)
+				mu.Lock()
+				if err == nil {
+					cancelled[id] = true
+				}
+				mu.Unlock()
+				if err != nil && !errors.Is(err, shard.ErrNotFound) {
+					t.Error(err)
+				}
+				continue
+			}
+			due, err := from.Reschedule(ctx, id, base.Add(2*time.Hour))
+			mu.Lock()
+			if err == nil {
+				rescheduled[id] = due
+			}
+			mu.Unlock()
+			if err != nil && !errors.Is(err, shard.ErrNotFound) {
+				t.Error(err)
+			}
+		}
+	})
+	var total shard.MoveResult
+	for pass := 0; pass < 3; pass++ { // a pass after the races ends them
+		if pass == 1 {
+			wg.Wait()
+		}
+		for i := range 4 {
+			cur := shard.ListCursor{}
+			for more := true; more; {
+				var r shard.MoveResult
+				var err error
+				r, cur, more, err = src.MovePage(ctx, i, cur, 97, 30*time.Second, to)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(r.Left) > 0 {
+					t.Fatalf("left: %v", r.Left)
+				}
+				total.Read, total.Moved, total.There, total.Changed = total.Read+r.Read, total.Moved+r.Moved, total.There+r.There, total.Changed+r.Changed
+			}
+		}
+	}
+	t.Logf("read %d, moved %d, there already %d, changed meanwhile %d; cancelled %d, rescheduled %d",
+		total.Read, total.Moved, total.There, total.Changed, len(cancelled), len(rescheduled))
+	for _, m := range msgs {
+		a, errA := from.Inspect(ctx, m.ID)
+		b, errB := to.Inspect(ctx, m.ID)
+		if errA != nil || errB != nil {
+			t.Fatal(errA, errB)
+		}
+		onA, onB := a.State == shard.StateScheduled, b.State == shard.StateScheduled
+		switch {
+		case cancelled[m.ID]:
+			if onA || onB {
+				t.Errorf("%s was cancelled, yet scheduled (source %v, target %v)", m.ID, onA, onB)
+			}
+		case onA == onB:
+			t.Errorf("%s: scheduled on the source %v and on the target %v, want exactly one", m.ID, onA, onB)
+		case len(m.ID) > 5 && m.ID[:5] == "soon-":
+			if !onA {
+				t.Errorf("%s is due within the margin, yet moved", m.ID)
+			}
+		case !rescheduled[m.ID].IsZero():
+			at := a.At
+			if onB {
+				at = b.At
+			}
+			if !at.Equal(rescheduled[m.ID]) {
+				t.Errorf("%s rescheduled to %s, is due %s", m.ID, rescheduled[m.ID], at)
+			}
+		default:
+			if !onB || !b.At.Equal(m.At) {
+				t.Errorf("%s: on the target %v at %s, want at %s", m.ID, onB, b.At, m.At)
+			}
+		}
+	}
+	if total.There < 100 {
+		t.Errorf("%d found on the target already, want the 100 written to both sides", total.There)
+	}
+}
