@@ -514,13 +514,14 @@
 // of it the EXISTS of the backlogs; the patterns travel as one argument
 // and are read only when the shard is behind.
 //
-// # Moving to another Redis (export and import built; the live move's batch built, its command not yet)
+// # Moving to another Redis (built, but the journal)
 //
 // Export, import and a live move of every pending message, so that a team
 // outgrows one Redis (for a Cluster, another region, a new namespace)
 // without a pause. Built: Export and AppendLine (export.go), read back by
-// enqueue -f; MovePage, the live move's batch (move.go, steps 1-4 below,
-// without the journal). The plan:
+// enqueue -f; MovePage, the live move's batch (move.go, steps 1-4 below),
+// which delayq move runs pass after pass; not built yet: the journal. The
+// design:
 //
 //   - One line format: export writes each scheduled message as the JSON
 //     Lines object enqueue -f reads (jsonlines.go), with its due time as

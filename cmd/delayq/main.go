@@ -58,7 +58,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		scanCommand(), enqueueCommand(), cancelCommand(), listCommand(), clearCommand(), rescheduleCommand(),
-		inspectCommand(), statsCommand(), flowCommand(), classCommand(), exportCommand(), quotaCommand(), scheduleCommand(), shardsCommand(), farCommand(), deadCommand(), serveCommand(),
+		inspectCommand(), statsCommand(), flowCommand(), classCommand(), exportCommand(), moveCommand(), quotaCommand(), scheduleCommand(), shardsCommand(), farCommand(), deadCommand(), serveCommand(),
 	}
 }
 

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/balance"
+	"github.com/delayq/delayq/shard"
+)
+
+func moveCommand() command {
+	return command{name: "move", args: "--to-redis ADDRS [--to-namespace NS] [--to-shards M] [--keep 30s] [--passes N]",
+		summary: "move the scheduled messages to another Redis or namespace while both fleets run", run: runMove,
+		flags: func() *flag.FlagSet { fs, _ := moveFlags(); return fs }}
+}
+
+type moveOpts struct {
+	toRedis, toNamespace string
+	toShards, passes     int
+	keep                 time.Duration
+}
+
+func moveFlags() (*flag.FlagSet, *moveOpts) {
+	o := &moveOpts{}
+	fs := flag.NewFlagSet("move", flag.ContinueOnError)
+	fs.StringVar(&o.toRedis, "to-redis", "", "the target Redis: host:port, or several (comma-separated) for a cluster")
+	fs.StringVar(&o.toNamespace, "to-namespace", "", "the target namespace (default: the same)")
+	fs.IntVar(&o.toShards, "to-shards", 0, "M of the target (default: the source's); the target's fleet and producers must use it")
+	fs.DurationVar(&o.keep, "keep", 30*time.Second, "leave what falls due within this to the source's fleet (at least 5s)")
+	fs.IntVar(&o.passes, "passes", 0, "stop after this many passes over the shards (default: once a pass moves nothing)")
+	return fs, o
+}
+
+// movePage is how many messages one batch of the move copies.
+const movePage = 500
+
+// runMove moves every scheduled message of the source (DELAYQ_*) due
+// later than --keep to the target, a batch at a time (shard.MovePage),
+// pass after pass over the shards until a pass moves nothing: copied,
+// then removed from the source only if unchanged meanwhile, so each
+// message is live on one side. The target's fleet must be running: what
+// moves is published there. It refuses, before anything is copied, a
+// target whose policy can evict or which is full, and one whose namespace
+// records another M.
+func runMove(ctx context.Context, e *env, args []string) int {
+	fs, o := moveFlags()
+	pos, err := parse(fs, args, e.stderr)
+	if err != nil {
+		return exitUsage
+	}
+	usage := func(msg string) int {
+		fmt.Fprintf(e.stderr, "delayq move: %s\nusage: delayq move %s\n", msg, moveCommand().args)
+		return exitUsage
+	}
+	switch {
+	case len(pos) > 0:
+		return usage(fmt.Sprintf("unexpected argument %q", pos[0]))
+	case o.toRedis == "":
+		return usage("--to-redis is required")
+	case o.keep < 5*time.Second:
+		return usage(fmt.Sprintf("--keep %s: want at least 5s (a batch must end well before anything it copies falls due)", o.keep))
+	case o.toShards < 0 || o.passes < 0:
+		return usage("--to-shards and --passes are 0 or more")
+	}
+	rdb, src, err := e.connect(ctx)
+	if err != nil {
+		return e.fail("move", err)
+	}
+	defer rdb.Close()
+	n, err := e.allShards(ctx, src)
+	if err != nil {
+		return e.fail("move", err)
+	}
+	tcfg := e.cfg
+	tcfg.RedisAddrs = strings.Split(o.toRedis, ",")
+	tcfg.RedisSentinel, tcfg.RedisWait = "", 0
+	if o.toNamespace != "" {
+		tcfg.Namespace = o.toNamespace
+	}
+	if tcfg.Namespace == e.cfg.Namespace && o.toRedis == strings.Join(e.cfg.RedisAddrs, ",") {
+		return usage("the target is the source: give another --to-redis or --to-namespace")
+	}
+	trdb, err := newRedis(tcfg)
+	if err != nil {
+		return e.fail("move", err)
+	}
+	defer trdb.Close()
+	if err := pingRedis(ctx, trdb, tcfg); err != nil {
+		return e.fail("move", fmt.Errorf("the target: %w", err))
+	}
+	dst, err := shard.NewStore(trdb, tcfg.Namespace)
+	if err != nil {
+		return e.fail("move", err)
+	}
+	servers, err := dst.RedisServers(ctx)
+	if err == nil {
+		_, err = shard.CheckRedis(servers, false)
+	}
+	if err != nil {
+		return e.fail("move", fmt.Errorf("the target refuses: %w", err))
+	}
+	m := o.toShards
+	if m == 0 {
+		consul, err := newConsul(e.cfg)
+		if err == nil {
+			m, _, _, err = e.currentM(ctx, consul)
+		}
+		if err == nil && m <= 0 {
+			err = fmt.Errorf("the source's M is unknown: give --to-shards")
+		}
+		if err != nil {
+			return e.fail("move", err)
+		}
+	}
+	lay, err := dst.ReadLayout(ctx)
+	if err != nil {
+		return e.fail("move", err)
+	}
+	if lay.M > 0 && lay.M != m {
+		return e.fail("move", fmt.Errorf("the target namespace %s uses M = %d, not %d: give --to-shards %d, or the target's fleet this M",
+			tcfg.Namespace, lay.M, m, lay.M))
+	}
+	to := shard.NewProducer(dst, balance.Static(m), shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
+	var total shard.MoveResult
+	var bar *progress
+	if isTerminal(e.stderr) {
+		bar = &progress{w: e.stderr, start: time.Now(), noun: "moved"}
+	}
+	for pass := 1; o.passes == 0 || pass <= o.passes; pass++ {
+		moved := 0
+		for i := range n {
+			cur := shard.ListCursor{}
+			for more := true; more; {
+				var r shard.MoveResult
+				r, cur, more, err = src.MovePage(ctx, i, cur, movePage, o.keep, to)
+				moved += r.Moved + r.There
+				total.Read, total.Moved, total.There, total.Changed = total.Read+r.Read, total.Moved+r.Moved, total.There+r.There, total.Changed+r.Changed
+				for _, l := range r.Left {
+					if bar != nil {
+						bar.done()
+					}
+					fmt.Fprintf(e.stderr, "delayq move: left on the source: %v\n", l)
+				}
+				total.Left = append(total.Left, r.Left...)
+				if err != nil {
+					if bar != nil {
+						bar.done()
+					}
+					fmt.Fprintf(e.stdout, "moved %d, there already %d, changed meanwhile %d before the error; run it again to go on\n",
+						total.Moved, total.There, total.Changed)
+					return e.fail("move", err)
+				}
+				if bar != nil {
+					bar.update(total.Moved+total.There, 0)
+				}
+			}
+		}
+		if bar != nil {
+			bar.done()
+		}
+		fmt.Fprintf(e.stdout, "pass %d: %d moved\n", pass, moved)
+		if moved == 0 {
+			break
+		}
+	}
+	fmt.Fprintf(e.stdout, "moved %d, there already %d (the source's copy removed), changed on the source meanwhile %d (left there), not moved %d\n",
+		total.Moved, total.There, total.Changed, len(total.Left))
+	if len(total.Left) > 0 {
+		return exitFail
+	}
+	return exitOK
+}
