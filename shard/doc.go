@@ -514,14 +514,13 @@
 // of it the EXISTS of the backlogs; the patterns travel as one argument
 // and are read only when the shard is behind.
 //
-// # Moving to another Redis (built, but the journal)
+// # Moving to another Redis
 //
 // Export, import and a live move of every pending message, so that a team
 // outgrows one Redis (for a Cluster, another region, a new namespace)
 // without a pause. Built: Export and AppendLine (export.go), read back by
-// enqueue -f; MovePage, the live move's batch (move.go, steps 1-4 below),
-// which delayq move runs pass after pass; not built yet: the journal. The
-// design:
+// enqueue -f; MovePage, the live move's batch with its journal (move.go),
+// which delayq move runs pass after pass. The design:
 //
 //   - One line format: export writes each scheduled message as the JSON
 //     Lines object enqueue -f reads (jsonlines.go), with its due time as

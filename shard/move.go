@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // This file is the live move's batch (see "Moving to another Redis" in
@@ -31,36 +35,124 @@ type MoveResult struct {
 	Left []error
 }
 
+// MoveOptions are a move's settings besides its target.
+type MoveOptions struct {
+	// Keep: what falls due within it of the Redis clock stays on the
+	// source, for its fleet to publish.
+	Keep time.Duration
+	// AtStep, when set, is called with StepMoveCopied after a batch's copy
+	// and before its removal from the source: the crash tests' hook.
+	AtStep func(step string)
+}
+
+// StepMoveCopied is the step between a batch's copy to the target and its
+// removal from the source (MoveOptions.AtStep).
+const StepMoveCopied = "copied"
+
+// MoveJournalKey is shard i's journal of the move: the ids of the batch
+// under way (a STRING, one id a line), written before the batch is copied
+// and deleted once the source has given it up, in the shard's slot.
+func MoveJournalKey(ns string, i int) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:movejournal"
+}
+
+// moveJournalTTL is how long a journal of a batch cut short waits for a
+// rerun; after it, what it named is moved (or not) by the passes alone.
+const moveJournalTTL = 24 * time.Hour
+
 // MovePage moves one page of shard i of s to the producer to (another
-// Redis, or another namespace): up to n messages due later than keep
+// Redis, or another namespace): up to n messages due later than o.Keep
 // after the Redis clock, starting after cursor. It copies them (deduped by
 // id: an id the target has stays as the target has it), then removes from
 // the source, in one script call, each that is still exactly as read;
 // one changed meanwhile stays, and the copy made of it is cancelled. So,
 // as long as no message of the page falls due before the call returns
-// (keep is minutes, a call milliseconds), a message is live on one side
-// only: the source until the removal, the target after it. It returns
-// where the next page starts, and whether there may be more.
+// (Keep is seconds to minutes, a call milliseconds), a message is live on
+// one side only: the source until the removal, the target after it.
 //
-// Not here yet (the package doc's plan): the journal that lets a rerun
-// finish a batch a killed mover left on both sides. Until then a mover
-// killed between the copy and the removal leaves that batch on both
-// sides; run it again before they fall due (at least keep later), and
-// the rerun finds the copies there and removes the originals.
-func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, keep time.Duration, to *Producer) (MoveResult, ListCursor, bool, error) {
+// The batch's ids are in the shard's journal (MoveJournalKey) from before
+// the copy until after the removal. A move killed in between left that
+// batch on both sides; the next MovePage of the shard finishes the journal
+// first, whatever the ids' due times now: each still as it was on the
+// source is removed there (its copy is on the target), so the batch is
+// published by the target alone as long as the rerun comes before it falls
+// due. It returns where the next page starts, and whether there may be
+// more.
+func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, to *Producer, o MoveOptions) (MoveResult, ListCursor, bool, error) {
 	var r MoveResult
+	if err := s.finishJournal(ctx, i, to, o, &r); err != nil {
+		return r, after, false, err
+	}
 	nowMs, err := s.redisNowMs(ctx)
 	if err != nil {
 		return r, after, false, fmt.Errorf("move shard %d: %w", i, err)
 	}
-	if floor := nowMs + keep.Milliseconds(); after.DueMs <= floor {
+	if floor := nowMs + o.Keep.Milliseconds(); after.DueMs <= floor {
 		after = ListCursor{DueMs: floor + 1} // what falls due sooner is the source's to publish
 	}
 	page, next, more, err := s.List(ctx, i, after, min(max(n, 1), maxListPage))
 	if err != nil || len(page) == 0 {
 		return r, after, false, err
 	}
-	r.Read = len(page)
+	r.Read += len(page)
+	if err := s.moveListed(ctx, i, page, to, o, &r); err != nil {
+		return r, after, false, err
+	}
+	return r, next, more, nil
+}
+
+// finishJournal moves what shard i's journal names, if it has one: a batch
+// a killed move left on both sides.
+func (s *Store) finishJournal(ctx context.Context, i int, to *Producer, o MoveOptions, r *MoveResult) error {
+	v, err := s.rdb.Get(ctx, MoveJournalKey(s.ns, i)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("move shard %d: read its journal: %w", i, err)
+	}
+	ids := strings.Split(v, "\n")
+	ks := ShardKeys(s.ns, i)
+	pipe := s.rdb.Pipeline()
+	dues := pipe.ZMScore(ctx, ks.Due, ids...)
+	envs := pipe.HMGet(ctx, ks.Msg, ids...)
+	metas := pipe.HMGet(ctx, ks.Attempts, ids...)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("move shard %d: read its journal's messages: %w", i, err)
+	}
+	var page []Listed
+	for j, id := range ids {
+		raw, ok := envs.Val()[j].(string)
+		if dues.Val()[j] == 0 || !ok { // no longer scheduled here: nothing to give up
+			continue
+		}
+		l := Listed{ID: id, Shard: i, Due: time.UnixMilli(int64(dues.Val()[j])), raw: []byte(raw)}
+		if env, err := DecodeEnvelope(l.raw); err != nil {
+			l.Corrupt = err
+		} else {
+			l.Envelope = &env
+		}
+		if m, ok := metas.Val()[j].(string); ok {
+			a, _, _ := strings.Cut(m, ":")
+			l.Attempts, _ = strconv.Atoi(a)
+		}
+		page = append(page, l)
+	}
+	r.Read += len(page)
+	if len(page) > 0 {
+		if err := s.moveListed(ctx, i, page, to, o, r); err != nil {
+			return err
+		}
+	}
+	if err := s.rdb.Del(ctx, MoveJournalKey(s.ns, i)).Err(); err != nil {
+		return fmt.Errorf("move shard %d: end its journal: %w", i, err)
+	}
+	return nil
+}
+
+// moveListed moves page, read from shard i: journal, copy, removal of
+// what is unchanged, cancel of the copies of what changed, journal ended.
+func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Producer, o MoveOptions, r *MoveResult) error {
 	msgs := make([]Message, 0, len(page))
 	from := make([]*Listed, 0, len(page))
 	for j := range page {
@@ -81,11 +173,21 @@ func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, ke
 		msgs, from = append(msgs, m), append(from, l)
 	}
 	if len(msgs) == 0 {
-		return r, next, more, nil
+		return nil
+	}
+	ids := make([]string, len(from))
+	for j, l := range from {
+		ids[j] = l.ID
+	}
+	if err := s.rdb.Set(ctx, MoveJournalKey(s.ns, i), strings.Join(ids, "\n"), moveJournalTTL).Err(); err != nil {
+		return fmt.Errorf("move shard %d: write its journal: %w", i, err)
 	}
 	res, err := to.EnqueueBatch(ctx, msgs)
 	if err != nil {
-		return r, after, false, fmt.Errorf("move shard %d: copy to the target: %w", i, err)
+		return fmt.Errorf("move shard %d: copy to the target: %w", i, err)
+	}
+	if o.AtStep != nil {
+		o.AtStep(StepMoveCopied)
 	}
 	var args []any
 	var out []int    // index in msgs of each message to remove
@@ -99,33 +201,35 @@ func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, ke
 			r.Left = append(r.Left, fmt.Errorf("move %q in shard %d: the target refused it: %w", from[j].ID, i, x.Err))
 		}
 	}
-	if len(out) == 0 {
-		return r, next, more, nil
-	}
-	ks := ShardKeys(s.ns, i)
-	sts, err := s.run1(ctx, moveOutScript, []string{ks.Due, ks.Msg, ks.Attempts}, args...).Int64Slice()
-	if err == nil && len(sts) != len(out) {
-		err = fmt.Errorf("unexpected reply of %d statuses for %d messages", len(sts), len(out))
-	}
-	if err != nil {
-		// Nothing known removed: the copies stay, and a rerun finds them
-		// there and removes the originals.
-		return r, after, false, fmt.Errorf("move shard %d: remove from the source: %w", i, err)
-	}
-	for k, j := range out {
-		switch {
-		case sts[k] == 1 && made[k]:
-			r.Moved++
-		case sts[k] == 1:
-			r.There++
-		default:
-			r.Changed++
-			if made[k] {
-				if err := to.Cancel(ctx, msgs[j].ID); err != nil && !errors.Is(err, ErrNotFound) {
-					return r, after, false, fmt.Errorf("move shard %d: cancel the copy of %q, changed on the source meanwhile: %w", i, msgs[j].ID, err)
+	if len(out) > 0 {
+		ks := ShardKeys(s.ns, i)
+		sts, err := s.run1(ctx, moveOutScript, []string{ks.Due, ks.Msg, ks.Attempts}, args...).Int64Slice()
+		if err == nil && len(sts) != len(out) {
+			err = fmt.Errorf("unexpected reply of %d statuses for %d messages", len(sts), len(out))
+		}
+		if err != nil {
+			// Nothing known removed: the journal stays, and the next
+			// MovePage of the shard finishes it.
+			return fmt.Errorf("move shard %d: remove from the source: %w", i, err)
+		}
+		for k, j := range out {
+			switch {
+			case sts[k] == 1 && made[k]:
+				r.Moved++
+			case sts[k] == 1:
+				r.There++
+			default:
+				r.Changed++
+				if made[k] {
+					if err := to.Cancel(ctx, msgs[j].ID); err != nil && !errors.Is(err, ErrNotFound) {
+						return fmt.Errorf("move shard %d: cancel the copy of %q, changed on the source meanwhile: %w", i, msgs[j].ID, err)
+					}
 				}
 			}
 		}
 	}
-	return r, next, more, nil
+	if err := s.rdb.Del(ctx, MoveJournalKey(s.ns, i)).Err(); err != nil {
+		return fmt.Errorf("move shard %d: end its journal: %w", i, err)
+	}
+	return nil
 }

@@ -60,6 +60,9 @@ func TestMovePageRacesTheSource(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { // the source's own operations, racing the move
 		for j := 0; j < 600; j++ {
+			if j*5 >= 2000 && j*5 < 2100 {
+				continue // written to both sides: a cancel on one side leaves the other's (the producer's to cancel too)
+			}
 			id := fmt.Sprintf("m-%04d", j*5)
 			if j%2 == 0 {
 				err := from.Cancel(ctx, id)
@@ -94,7 +97,7 @@ func TestMovePageRacesTheSource(t *testing.T) {
 			for more := true; more; {
 				var r shard.MoveResult
 				var err error
-				r, cur, more, err = src.MovePage(ctx, i, cur, 97, 30*time.Second, to)
+				r, cur, more, err = src.MovePage(ctx, i, cur, 97, to, shard.MoveOptions{Keep: 30 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -141,5 +144,68 @@ func TestMovePageRacesTheSource(t *testing.T) {
 	}
 	if total.There < 100 {
 		t.Errorf("%d found on the target already, want the 100 written to both sides", total.There)
+	}
+}
+
+// TestMoveFinishesAKilledBatch: a move that dies between a batch's copy
+// and its removal from the source (a panic at the step, in place of a
+// SIGKILL) leaves the batch on both sides and its ids in the shard's
+// journal; the next MovePage of the shard finishes it first, even for
+// messages now within its margin: the source's copies go, the target's
+// stay, once each.
+func TestMoveFinishesAKilledBatch(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	ctx := t.Context()
+	rdb := srv.Client(t)
+	ns := shardtest.Namespace(t)
+	src, err := shard.NewStore(rdb, ns+"-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := shard.NewStore(rdb, ns+"-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := shard.NewProducer(src, fixed(1), shard.ProducerOptions{})
+	to := shard.NewProducer(dst, fixed(1), shard.ProducerOptions{})
+	var msgs []shard.Message
+	for j := range 50 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("k-%02d", j), Topic: "t", Body: []byte("x"), Delay: time.Hour})
+	}
+	if _, err := from.EnqueueBatch(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the move did not reach its step")
+			}
+		}()
+		_, _, _, _ = src.MovePage(ctx, 0, shard.ListCursor{}, 20, to,
+			shard.MoveOptions{Keep: time.Minute, AtStep: func(string) { panic("killed") }})
+	}()
+	if n, err := rdb.Exists(ctx, shard.MoveJournalKey(src.Namespace(), 0)).Result(); err != nil || n != 1 {
+		t.Fatalf("journal after the kill: %d, %v", n, err)
+	}
+	// A margin past every due time: the pass moves nothing more, the
+	// journal's batch is finished all the same.
+	r, _, _, err := src.MovePage(ctx, 0, shard.ListCursor{}, 20, to, shard.MoveOptions{Keep: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.There != 20 || r.Moved != 0 {
+		t.Errorf("finishing the journal: %+v, want the 20 copied before found there", r)
+	}
+	for j, m := range msgs {
+		a, _ := from.Inspect(ctx, m.ID)
+		b, _ := to.Inspect(ctx, m.ID)
+		onA, onB := a.State == shard.StateScheduled, b.State == shard.StateScheduled
+		if j < 20 && (onA || !onB) || j >= 20 && (!onA || onB) {
+			t.Errorf("%s: on the source %v, on the target %v", m.ID, onA, onB)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, shard.MoveJournalKey(src.Namespace(), 0)).Result(); n != 0 {
+		t.Errorf("the journal is still there")
 	}
 }

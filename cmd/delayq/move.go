@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/ingress"
 )
 
 func moveCommand() command {
@@ -124,6 +125,14 @@ func runMove(ctx context.Context, e *env, args []string) int {
 			tcfg.Namespace, lay.M, m, lay.M))
 	}
 	to := shard.NewProducer(dst, balance.Static(m), shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
+	mo := shard.MoveOptions{Keep: o.keep}
+	crash, err := crashPoint()
+	if err != nil {
+		return e.fail("move", err)
+	}
+	if crash != nil {
+		mo.AtStep = func(step string) { crash(ingress.Step(step)) }
+	}
 	var total shard.MoveResult
 	var bar *progress
 	if isTerminal(e.stderr) {
@@ -135,7 +144,7 @@ func runMove(ctx context.Context, e *env, args []string) int {
 			cur := shard.ListCursor{}
 			for more := true; more; {
 				var r shard.MoveResult
-				r, cur, more, err = src.MovePage(ctx, i, cur, movePage, o.keep, to)
+				r, cur, more, err = src.MovePage(ctx, i, cur, movePage, to, mo)
 				moved += r.Moved + r.There
 				total.Read, total.Moved, total.There, total.Changed = total.Read+r.Read, total.Moved+r.Moved, total.There+r.There, total.Changed+r.Changed
 				for _, l := range r.Left {

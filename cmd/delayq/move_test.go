@@ -20,9 +20,11 @@ import (
 
 // TestLiveMoveBetweenNamespaces: 3,000 messages due 8-16 s ahead move to
 // another namespace while a scanner runs on each side and the source
-// cancels 150 of them meanwhile. Every other message is delivered once as
-// a first delivery, none early, with the due time it was given; no
-// cancelled message is delivered. Bad flags exit 2 naming them.
+// cancels 150 of them meanwhile; the mover is SIGKILLed twice between a
+// batch's copy and its removal, and run again. Every other message is
+// delivered once as a first delivery, none early, with the due time it
+// was given; no cancelled message is delivered. Bad flags exit 2 naming
+// them.
 func TestLiveMoveBetweenNamespaces(t *testing.T) {
 	w := newWorld(t, 4)
 	w.consume()
@@ -80,7 +82,18 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 			}
 		}
 	})
-	out, e, code := w.delayq("", "move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4")
+	// The mover SIGKILLed twice between a batch's copy and its removal
+	// from the source, then run to the end: each rerun finishes the batch
+	// the last one left on both sides first.
+	move := []string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4"}
+	for _, at := range []string{"copied:3", "copied:2"} {
+		killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
+		killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT="+at)
+		if _, e, code := killed.delayq("", move...); code != -1 {
+			t.Fatalf("a mover to be killed at %s: exit %d %s", at, code, e)
+		}
+	}
+	out, e, code := w.delayq("", move...)
 	wg.Wait()
 	if code != 0 || !strings.Contains(out, "moved ") {
 		t.Fatalf("move: exit %d %s %s", code, out, e)
