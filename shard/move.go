@@ -73,10 +73,12 @@ const moveJournalTTL = 24 * time.Hour
 // The batch's ids are in the shard's journal (MoveJournalKey) from before
 // the copy until after the removal. A move killed in between left that
 // batch on both sides; the next MovePage of the shard finishes the journal
-// first, whatever the ids' due times now: each still as it was on the
-// source is removed there (its copy is on the target), so the batch is
-// published by the target alone as long as the rerun comes before it falls
-// due. It returns where the next page starts, and whether there may be
+// first, whatever the ids' due times now: each id still scheduled on the
+// source is copied again over the target's copy (rescheduled meanwhile, it
+// goes at its new time) and removed from the source; the copy of each id
+// gone from the source since (cancelled there, or published by its fleet)
+// is cancelled on the target. So the batch is published by one side only
+// as long as the rerun comes before it falls due. It returns where the next page starts, and whether there may be
 // more.
 func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, to *Producer, o MoveOptions) (MoveResult, ListCursor, bool, error) {
 	var r MoveResult
@@ -95,7 +97,7 @@ func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, to
 		return r, after, false, err
 	}
 	r.Read += len(page)
-	if err := s.moveListed(ctx, i, page, to, o, &r); err != nil {
+	if err := s.moveListed(ctx, i, page, to, o, &r, false); err != nil {
 		return r, after, false, err
 	}
 	return r, next, more, nil
@@ -123,7 +125,15 @@ func (s *Store) finishJournal(ctx context.Context, i int, to *Producer, o MoveOp
 	var page []Listed
 	for j, id := range ids {
 		raw, ok := envs.Val()[j].(string)
-		if dues.Val()[j] == 0 || !ok { // no longer scheduled here: nothing to give up
+		if dues.Val()[j] == 0 || !ok {
+			// No longer scheduled here (cancelled, claimed by the source's
+			// fleet): the copy the killed batch made must go, else the
+			// target publishes it too.
+			if err := to.Cancel(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+				r.Left = append(r.Left, fmt.Errorf("move %q in shard %d: gone from the source after a killed batch copied it; its copy: %w", id, i, err))
+			} else if err == nil {
+				r.Changed++
+			}
 			continue
 		}
 		l := Listed{ID: id, Shard: i, Due: time.UnixMilli(int64(dues.Val()[j])), raw: []byte(raw)}
@@ -140,7 +150,9 @@ func (s *Store) finishJournal(ctx context.Context, i int, to *Producer, o MoveOp
 	}
 	r.Read += len(page)
 	if len(page) > 0 {
-		if err := s.moveListed(ctx, i, page, to, o, r); err != nil {
+		// Replacing the target's copy: the killed batch's may be of before
+		// a reschedule on the source since.
+		if err := s.moveListed(ctx, i, page, to, o, r, true); err != nil {
 			return err
 		}
 	}
@@ -150,9 +162,10 @@ func (s *Store) finishJournal(ctx context.Context, i int, to *Producer, o MoveOp
 	return nil
 }
 
-// moveListed moves page, read from shard i: journal, copy, removal of
-// what is unchanged, cancel of the copies of what changed, journal ended.
-func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Producer, o MoveOptions, r *MoveResult) error {
+// moveListed moves page, read from shard i: journal, copy (with upsert,
+// replacing what the target has), removal of what is unchanged, cancel of
+// the copies of what changed, journal ended.
+func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Producer, o MoveOptions, r *MoveResult, upsert bool) error {
 	msgs := make([]Message, 0, len(page))
 	from := make([]*Listed, 0, len(page))
 	for j := range page {
@@ -182,7 +195,11 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 	if err := s.rdb.Set(ctx, MoveJournalKey(s.ns, i), strings.Join(ids, "\n"), moveJournalTTL).Err(); err != nil {
 		return fmt.Errorf("move shard %d: write its journal: %w", i, err)
 	}
-	res, err := to.EnqueueBatch(ctx, msgs)
+	copyBatch := to.EnqueueBatch
+	if upsert {
+		copyBatch = to.UpsertBatch
+	}
+	res, err := copyBatch(ctx, msgs)
 	if err != nil {
 		return fmt.Errorf("move shard %d: copy to the target: %w", i, err)
 	}

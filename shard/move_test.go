@@ -152,7 +152,8 @@ func TestMovePageRacesTheSource(t *testing.T) {
 // SIGKILL) leaves the batch on both sides and its ids in the shard's
 // journal; the next MovePage of the shard finishes it first, even for
 // messages now within its margin: the source's copies go, the target's
-// stay, once each.
+// stay, once each; one cancelled on the source since is cancelled on the
+// target, one rescheduled since goes at its new time.
 func TestMoveFinishesAKilledBatch(t *testing.T) {
 	shardtest.Require(t, srvErr)
 	t.Parallel()
@@ -188,20 +189,36 @@ func TestMoveFinishesAKilledBatch(t *testing.T) {
 	if n, err := rdb.Exists(ctx, shard.MoveJournalKey(src.Namespace(), 0)).Result(); err != nil || n != 1 {
 		t.Fatalf("journal after the kill: %d, %v", n, err)
 	}
+	// Between the kill and the rerun the source cancels one of the batch
+	// and reschedules another.
+	if err := from.Cancel(ctx, "k-00"); err != nil {
+		t.Fatal(err)
+	}
+	later, err := from.RescheduleAfter(ctx, "k-01", 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A margin past every due time: the pass moves nothing more, the
 	// journal's batch is finished all the same.
 	r, _, _, err := src.MovePage(ctx, 0, shard.ListCursor{}, 20, to, shard.MoveOptions{Keep: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.There != 20 || r.Moved != 0 {
-		t.Errorf("finishing the journal: %+v, want the 20 copied before found there", r)
+	if r.Moved+r.There != 19 || r.Changed != 1 {
+		t.Errorf("finishing the journal: %+v, want 19 given up by the source and the cancelled one's copy cancelled", r)
 	}
 	for j, m := range msgs {
 		a, _ := from.Inspect(ctx, m.ID)
 		b, _ := to.Inspect(ctx, m.ID)
 		onA, onB := a.State == shard.StateScheduled, b.State == shard.StateScheduled
-		if j < 20 && (onA || !onB) || j >= 20 && (!onA || onB) {
+		switch {
+		case j == 0:
+			if onA || onB {
+				t.Errorf("%s was cancelled on the source after its copy, yet scheduled (source %v, target %v)", m.ID, onA, onB)
+			}
+		case j == 1 && !b.At.Equal(later):
+			t.Errorf("%s rescheduled on the source after its copy to %s, is due %s on the target", m.ID, later, b.At)
+		case j < 20 && (onA || !onB) || j >= 20 && (!onA || onB):
 			t.Errorf("%s: on the source %v, on the target %v", m.ID, onA, onB)
 		}
 	}
