@@ -529,8 +529,8 @@ func (c *ClassCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	gauge(c.up, 1)
-	if len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0 {
-		return // no classes
+	if shard.NoClasses(sts) {
+		return
 	}
 	for _, s := range sts {
 		w := float64(s.Weight)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -50,7 +51,7 @@ type exportLine struct {
 // ErrOccurrence is returned by AppendLine for an occurrence of a recurring
 // schedule: it is not exported as a message (its schedule is, and makes
 // it again).
-var ErrOccurrence = fmt.Errorf("an occurrence of a recurring schedule")
+var ErrOccurrence = errors.New("an occurrence of a recurring schedule")
 
 // AppendLine appends to dst the JSON Lines object (and a newline) that
 // enqueue -f reads back into the message env holds, due at dueMs after

@@ -73,6 +73,8 @@ func ClassesKey(ns string) string { return "delayq:{" + ns + "}:classes" }
 
 // BacklogKey is the ZSET of shard i holding class c's due messages set
 // apart while the shard is behind (id -> due ms), in the shard's slot.
+// The releasers empty it (Redis deletes an empty key); nothing else
+// bounds it but the backlog itself, which was in the due set before.
 func BacklogKey(ns string, i int, class string) string {
 	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:class:" + class
 }
@@ -550,6 +552,13 @@ func (c ClassStatus) WaitedFor() time.Duration {
 		return 0
 	}
 	return time.Duration(c.NowMs-c.OldestMs) * time.Millisecond
+}
+
+// NoClasses reports whether statuses (ClassStatuses) are those of a
+// namespace without classes: the default class alone, never set, with
+// nothing waiting.
+func NoClasses(sts []ClassStatus) bool {
+	return len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0
 }
 
 // ClassStatuses reads every class (the default one always, weight 1 when

@@ -21,8 +21,9 @@ type MoveResult struct {
 	// Moved were copied to the target and removed from the source.
 	Moved int
 	// There were on the target already (a producer that writes to both
-	// sides, or a run of the move cut short after its copy): removed from
-	// the source, the target's copy kept.
+	// sides, or a run of the move cut short after its copy), or cancelled
+	// there ahead of their arrival (a tombstone of CancelAhead, as the
+	// ingress leaves): removed from the source, the target's state kept.
 	There int
 	// Changed were cancelled, rescheduled, claimed or replaced on the
 	// source while their batch was under way: left as the change left

@@ -77,8 +77,8 @@ func (a *API) ReadClasses(ctx context.Context) ([]Class, error) {
 	if err != nil {
 		a.o.Log.Warn("classes left out", zap.Error(err))
 	}
-	if len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0 {
-		return nil, nil // the default class alone, never set: no classes
+	if shard.NoClasses(sts) {
+		return nil, nil // no rates to read
 	}
 	rates, err := a.o.Store.Rates(ctx, DefaultRatesWindow)
 	if err != nil {
@@ -91,7 +91,7 @@ func (a *API) ReadClasses(ctx context.Context) ([]Class, error) {
 // the default class alone, never set and with nothing waiting (a
 // namespace without classes).
 func ClassesOf(sts []shard.ClassStatus, rates shard.Rates) []Class {
-	if len(sts) == 1 && sts[0].ChangedMs == 0 && sts[0].Backlog == 0 {
+	if shard.NoClasses(sts) {
 		return nil
 	}
 	out := make([]Class, len(sts))
