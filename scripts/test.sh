@@ -41,9 +41,10 @@ start=$(date +%s)
 # The tests that measure a consumer's seconds under a rate limit, or the
 # shares and lateness of release classes, run alone, after the rest, so
 # that other packages' tests do not crowd them; so do the kill tests of
-# the far tier and of release classes, whose 200,000 and 120,000 messages
-# would crowd the others (and, crowded, took over two minutes to arrive).
-alone='^(TestRateLimitHoldsForTheFleet|TestLimitChangeTakesEffectWithinASecond|TestLimitedDrainSurvivesAScannerKill|TestRateLimitHoldsOnCluster|TestFarPromotionSurvivesKills|TestFairReleaseKeepsAClassOnTime|TestFairReleaseSplitsByWeight|TestFairReleaseSurvivesKillsAndResize|TestFairReleaseAtScale)$'
+# the far tier and of release classes, and the live move to a cluster,
+# whose 200,000 and 120,000 messages would crowd the others (and, crowded,
+# took over two minutes to arrive).
+alone='^(TestRateLimitHoldsForTheFleet|TestLimitChangeTakesEffectWithinASecond|TestLimitedDrainSurvivesAScannerKill|TestRateLimitHoldsOnCluster|TestFarPromotionSurvivesKills|TestFairReleaseKeepsAClassOnTime|TestFairReleaseSplitsByWeight|TestFairReleaseSurvivesKillsAndResize|TestFairReleaseAtScale|TestLiveMoveToClusterAtScale)$'
 if [ $# -gt 0 ]; then
   go test -race -count=1 -timeout 25m -v "$@" ./... >"$log" 2>&1
   rc=$?
@@ -51,7 +52,7 @@ else
   go test -race -count=1 -timeout 25m -v -skip "$alone" ./... >"$log" 2>&1
   rc=$?
   echo "== go test -race -count=1 -p 1 -run '$alone' (alone)"
-  go test -race -count=1 -timeout 10m -v -p 1 -run "$alone" ./scanner ./cmd/delayq >>"$log" 2>&1 || rc=1
+  go test -race -count=1 -timeout 15m -v -p 1 -run "$alone" ./scanner ./cmd/delayq >>"$log" 2>&1 || rc=1
 fi
 # Package results and the lines that report lateness, kills and duplicates.
 grep -E '^(ok|FAIL|panic:)|^\s+[a-z0-9_]+_test\.go:[0-9]+: .*(lateness|SIGKILL|duplicates|drained|delivered,|change seen)' "$log"

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,8 +80,12 @@ const moveJournalTTL = 24 * time.Hour
 // goes at its new time) and removed from the source; the copy of each id
 // gone from the source since (cancelled there, or published by its fleet)
 // is cancelled on the target. So the batch is published by one side only
-// as long as the rerun comes before it falls due. It returns where the next page starts, and whether there may be
-// more.
+// as long as the rerun comes before it falls due.
+//
+// A target at its memory limit refuses copies: the rest of the batch is
+// moved, the refused messages stay on the source, and the error wraps
+// ErrRedisFull, for the move to stop there. It returns where the next page
+// starts, and whether there may be more.
 func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, to *Producer, o MoveOptions) (MoveResult, ListCursor, bool, error) {
 	var r MoveResult
 	if err := s.finishJournal(ctx, i, to, o, &r); err != nil {
@@ -201,20 +206,28 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 		copyBatch = to.UpsertBatch
 	}
 	res, err := copyBatch(ctx, msgs)
-	if err != nil {
+	if err != nil && !IsRedisFull(err) {
+		// Not known which copies were made: the journal stays, and the
+		// next MovePage of the shard finishes it.
 		return fmt.Errorf("move shard %d: copy to the target: %w", i, err)
 	}
+	// A target at its limit refused some script calls whole (Redis checks
+	// maxmemory at a script's first write, so a refused call wrote
+	// nothing): each result says which copies were made.
 	if o.AtStep != nil {
 		o.AtStep(StepMoveCopied)
 	}
 	var args []any
 	var out []int    // index in msgs of each message to remove
 	made := []bool{} // whether this batch made its copy
+	var full error   // the target at its memory limit: the move stops after this batch
 	for j, x := range res {
 		switch {
 		case x.Err == nil, errors.Is(x.Err, ErrDuplicate), errors.Is(x.Err, ErrCancelled):
 			args = append(args, from[j].ID, from[j].Due.UnixMilli(), from[j].raw)
 			out, made = append(out, j), append(made, x.Err == nil)
+		case IsRedisFull(x.Err):
+			full = cmp.Or(full, x.Err)
 		default:
 			r.Left = append(r.Left, fmt.Errorf("move %q in shard %d: the target refused it: %w", from[j].ID, i, x.Err))
 		}
@@ -248,6 +261,9 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 	}
 	if err := s.rdb.Del(ctx, MoveJournalKey(s.ns, i)).Err(); err != nil {
 		return fmt.Errorf("move shard %d: end its journal: %w", i, err)
+	}
+	if full != nil {
+		return fmt.Errorf("move shard %d: the target is full, what it refused stays on the source: %w", i, full)
 	}
 	return nil
 }

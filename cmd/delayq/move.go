@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +101,12 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	if err == nil {
 		_, err = shard.CheckRedis(servers, false)
 	}
+	for _, r := range servers {
+		if u := r.MemoryUsed(); err == nil && u > shard.MemoryHeadroom {
+			err = fmt.Errorf("redis %s is full: used_memory is %.0f %% of maxmemory (over %.0f %%); give it more memory before moving messages there",
+				r.Addr, 100*u, 100*shard.MemoryHeadroom)
+		}
+	}
 	if err != nil {
 		return e.fail("move", fmt.Errorf("the target refuses: %w", err))
 	}
@@ -120,9 +127,15 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return e.fail("move", err)
 	}
-	if lay.M > 0 && lay.M != m {
+	// The target's M: the one from its Consul, else the one its producers
+	// and fleet pinned (a namespace settled after a resize records one).
+	theirs := lay.M
+	if theirs == 0 && len(lay.Used) > 0 && !slices.Contains(lay.Used, m) {
+		theirs = lay.Used[len(lay.Used)-1]
+	}
+	if theirs > 0 && theirs != m {
 		return e.fail("move", fmt.Errorf("the target namespace %s uses M = %d, not %d: give --to-shards %d, or the target's fleet this M",
-			tcfg.Namespace, lay.M, m, lay.M))
+			tcfg.Namespace, theirs, m, theirs))
 	}
 	to := shard.NewProducer(dst, balance.Static(m), shard.ProducerOptions{MaxBody: e.cfg.MaxBody})
 	mo := shard.MoveOptions{Keep: o.keep}

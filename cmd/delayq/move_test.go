@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -133,5 +134,317 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 	}
 	if len(cancelled) == 0 {
 		t.Errorf("no cancel raced the move")
+	}
+}
+
+// TestMoveRefusesATarget: a target whose policy can evict, one that is
+// full, and a target namespace that records another M are each refused
+// before anything is copied, with an error naming why; a target that
+// fills up during the move stops it, each message on exactly one side,
+// and a rerun once it has room finishes the move.
+func TestMoveRefusesATarget(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := context.Background()
+	var b strings.Builder
+	body := strings.Repeat("b", 2000)
+	at := time.Now().Add(time.Hour).UnixMilli()
+	for j := range 2000 {
+		fmt.Fprintf(&b, `{"id":"rf-%04d","exchange":"x","routing_key":"rk","at_ms":%d,"body":%q}`+"\n", j, at+int64(j), body)
+	}
+	if out, e, code := w.delayq(b.String(), "enqueue", "-f", "-"); code != 0 {
+		t.Fatalf("enqueue: exit %d %s %s", code, out, e)
+	}
+	exported := func(w *world) map[string]bool {
+		t.Helper()
+		out, e, code := w.delayq("", "export")
+		if code != 0 {
+			t.Fatalf("export: exit %d %s", code, e)
+		}
+		ids := map[string]bool{}
+		for l := range strings.Lines(out) {
+			m, err := shard.ParseLine([]byte(l))
+			must(t, err)
+			ids[m.ID] = true
+		}
+		return ids
+	}
+	target := func(args ...string) (*shardtest.Redis, *redis.Client) {
+		r, err := shardtest.StartRedis(shardtest.RedisOptions{Args: args})
+		shardtest.Require(t, err)
+		t.Cleanup(r.Close)
+		c := redis.NewClient(&redis.Options{Addr: r.Addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return r, c
+	}
+	refused := func(addr, want string, tc *redis.Client) {
+		t.Helper()
+		keys := tc.DBSize(ctx).Val()
+		out, e, code := w.delayq("", "move", "--to-redis", addr, "--to-shards", "4", "--keep", "5s")
+		if code != 1 || !strings.Contains(e, want) {
+			t.Errorf("move to %s: exit %d %s %s, want 1 saying %q", addr, code, out, e, want)
+		}
+		if n := tc.DBSize(ctx).Val(); n != keys {
+			t.Errorf("move to %s: refused, yet the target went from %d to %d keys", addr, keys, n)
+		}
+		if n := len(exported(w)); n != 2000 {
+			t.Errorf("move to %s: refused, yet the source holds %d of 2000", addr, n)
+		}
+	}
+
+	evicting, ec := target("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	refused(evicting.Addr, "maxmemory-policy allkeys-lru evicts", ec)
+
+	full, fc := target()
+	must(t, fc.Set(ctx, "filler", strings.Repeat("f", 3<<20), 0).Err())
+	used, err := fc.MemoryUsage(ctx, "filler").Result()
+	must(t, err)
+	must(t, fc.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used*10/9+1<<20, 10)).Err()) // about 90 % used
+	refused(full.Addr, "is full", fc)
+
+	other, oc := target()
+	dst, err := shard.NewStore(oc, w.ns)
+	must(t, err)
+	_, err = dst.RaiseLayout(ctx, 8, 0)
+	must(t, err)
+	refused(other.Addr, "uses M = 8, not 4", oc)
+
+	// Room for about half: the move stops at the batch the target
+	// refused, naming it full; every message is on one side.
+	small, sc := target("--maxmemory", "4mb")
+	out, e, code := w.delayq("", "move", "--to-redis", small.Addr, "--to-shards", "4", "--keep", "5s")
+	if code != 1 || !strings.Contains(e, "the target is full") || !strings.Contains(e, "redis is full") {
+		t.Fatalf("move to a target filling up: exit %d %s %s, want 1 saying the target is full", code, out, e)
+	}
+	t.Logf("move to a target filling up: %s", strings.TrimSpace(out))
+	to := &world{t: t, ns: w.ns, got: map[string][]received{}}
+	to.env = append(slices.Clone(w.env), "DELAYQ_REDIS_ADDRS="+small.Addr)
+	left, moved := exported(w), exported(to)
+	if len(moved) == 0 || len(left) == 0 || len(left)+len(moved) != 2000 {
+		t.Errorf("after the target filled up: %d on the source and %d on the target, want some on each, 2000 in all", len(left), len(moved))
+	}
+	for id := range moved {
+		if left[id] {
+			t.Errorf("%s is on both sides", id)
+		}
+	}
+	must(t, sc.ConfigSet(ctx, "maxmemory", "0").Err())
+	if out, e, code := w.delayq("", "move", "--to-redis", small.Addr, "--to-shards", "4", "--keep", "5s"); code != 0 {
+		t.Fatalf("the move again, with room: exit %d %s %s", code, out, e)
+	}
+	if left, moved := exported(w), exported(to); len(left) != 0 || len(moved) != 2000 {
+		t.Errorf("after the rerun: %d on the source and %d on the target, want 0 and 2000", len(left), len(moved))
+	}
+}
+
+// TestLiveMoveToClusterAtScale: 200,000 messages due over 60 s move from
+// one Redis to a 3-master cluster while a fleet runs on each side and
+// producers write 1,000 messages a second, to the source for the first
+// half, to both sides for a second, then to the target; some messages
+// are cancelled or rescheduled meanwhile, on the source first and on the
+// target when the source no longer has them; the mover is SIGKILLed twice
+// mid-batch and run again, and run once more after the switch (the
+// operations guide's steps). Every message is delivered, none early, each
+// at the due time it was last given, each first delivered once (a second
+// delivery only a redelivery of the same id); no cancelled one is
+// delivered. Run alone: its deliveries are timed.
+func TestLiveMoveToClusterAtScale(t *testing.T) {
+	const total, m = 200_000, 8
+	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
+	shardtest.Require(t, err)
+	t.Cleanup(c.Close)
+	w := newWorld(t, m)
+	w.consume()
+	to := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
+	to.env = append(slices.Clone(w.env), "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	crdb := c.Client()
+	t.Cleanup(func() { _ = crdb.Close() })
+	dst, err := shard.NewStore(crdb, w.ns)
+	must(t, err)
+	onSource := shard.NewProducer(src, balance.Static(m), shard.ProducerOptions{})
+	onTarget := shard.NewProducer(dst, balance.Static(m), shard.ProducerOptions{})
+
+	var mu sync.Mutex
+	due := map[string]int64{} // the due time each id was last given
+	cancelled := map[string]bool{}
+	enqueue := func(p *shard.Producer, msgs []shard.Message) {
+		res, err := p.EnqueueBatch(ctx, msgs)
+		if err != nil {
+			t.Errorf("enqueue: %v", err)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range res {
+			switch {
+			case r.Err == nil:
+				due[r.ID] = r.Due.UnixMilli()
+			case !errors.Is(r.Err, shard.ErrDuplicate):
+				t.Errorf("enqueue %s: %v", r.ID, r.Err)
+			}
+		}
+	}
+	msg := func(id string, at time.Time) shard.Message {
+		return shard.Message{ID: id, Exchange: w.exchange, RoutingKey: "rk", Body: []byte("move " + id), At: at}
+	}
+	start := time.Now()
+	for from := 0; from < total; from += 1000 {
+		msgs := make([]shard.Message, 0, 1000)
+		for j := from; j < from+1000; j++ {
+			msgs = append(msgs, msg(fmt.Sprintf("big-%06d", j), start.Add(20*time.Second+time.Duration(rand.Int64N(int64(60*time.Second))))))
+		}
+		enqueue(onSource, msgs)
+	}
+	t.Logf("%d messages enqueued on the source in %s", total, time.Since(start).Round(time.Millisecond))
+	w.scan()
+	to.scan()
+
+	var wg sync.WaitGroup
+	switched := make(chan struct{})
+	var produced []string
+	wg.Go(func() { // 1,000 a second for 40 s, 50 every 50 ms
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for b := range 800 {
+			<-tick.C
+			now := time.Now()
+			msgs := make([]shard.Message, 50)
+			for j := range msgs {
+				id := fmt.Sprintf("new-%03d-%02d", b, j)
+				msgs[j] = msg(id, now.Add(6*time.Second+time.Duration(rand.Int64N(int64(30*time.Second)))))
+				produced = append(produced, id)
+			}
+			switch {
+			case b < 400:
+				enqueue(onSource, msgs)
+			case b < 420: // the switch: to both sides, the same ids and times
+				for j := range msgs {
+					msgs[j].At = now.Add(20*time.Second + time.Duration(rand.Int64N(int64(16*time.Second))))
+				}
+				enqueue(onSource, msgs)
+				enqueue(onTarget, msgs)
+			default:
+				if b == 420 {
+					close(switched)
+				}
+				enqueue(onTarget, msgs)
+			}
+		}
+	})
+	rescheduled, onTargetToo := 0, 0
+	wg.Go(func() {
+		// Racing the move, as the operations guide says: cancel one in 97
+		// and reschedule one in 89 by 10 s, on the source first and, when
+		// it says not found (moved already), on the target. Each not due
+		// within 5 s is found on one side.
+		for j := 0; j < total; j++ {
+			id := fmt.Sprintf("big-%06d", j)
+			mu.Lock()
+			soon := due[id] < time.Now().Add(5*time.Second).UnixMilli()
+			mu.Unlock()
+			switch {
+			case soon: // may be published by now: not the move's to answer
+			case j%97 == 0:
+				err := onSource.Cancel(ctx, id)
+				if errors.Is(err, shard.ErrNotFound) {
+					onTargetToo++
+					err = onTarget.Cancel(ctx, id)
+				}
+				if err != nil {
+					t.Errorf("cancel %s: %v", id, err)
+					continue
+				}
+				mu.Lock()
+				cancelled[id] = true
+				mu.Unlock()
+			case j%89 == 0:
+				mu.Lock()
+				at := due[id] + 10_000
+				mu.Unlock()
+				_, err := onSource.Reschedule(ctx, id, time.UnixMilli(at))
+				if errors.Is(err, shard.ErrNotFound) {
+					onTargetToo++
+					_, err = onTarget.Reschedule(ctx, id, time.UnixMilli(at))
+				}
+				if err != nil {
+					t.Errorf("reschedule %s: %v", id, err)
+					continue
+				}
+				mu.Lock()
+				due[id] = at
+				rescheduled++
+				mu.Unlock()
+			}
+		}
+	})
+	move := []string{"move", "--to-redis", strings.Join(c.Addrs, ","), "--keep", "5s", "--to-shards", strconv.Itoa(m)}
+	for _, at := range []string{"copied:30", "copied:100"} {
+		killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
+		killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT="+at)
+		if _, e, code := killed.delayq("", move...); code != -1 {
+			t.Fatalf("a mover to be killed at %s: exit %d %s", at, code, e)
+		}
+	}
+	out, e, code := w.delayq("", move...)
+	if code != 0 {
+		t.Fatalf("move: exit %d %s %s", code, out, e)
+	}
+	t.Logf("move, after two killed: %s (done %s after the enqueue began)", strings.Join(strings.Fields(out), " "), time.Since(start).Round(time.Second))
+	<-switched
+	out, e, code = w.delayq("", move...)
+	if code != 0 {
+		t.Fatalf("move after the switch: exit %d %s %s", code, out, e)
+	}
+	t.Logf("move after the switch: %s", strings.Join(strings.Fields(out), " "))
+	wg.Wait()
+
+	mu.Lock()
+	var want []string
+	for id := range due {
+		if !cancelled[id] {
+			want = append(want, id)
+		}
+	}
+	last := int64(0)
+	for _, d := range due {
+		last = max(last, d)
+	}
+	t.Logf("%d messages (%d produced during the move), %d cancelled and %d rescheduled (%d of them on the target, moved already)",
+		len(due), len(produced), len(cancelled), rescheduled, onTargetToo)
+	mu.Unlock()
+	dups := w.waitDelivered(want, 150*time.Second)
+	shardtest.WaitFor(t, 30*time.Second, func() bool { return time.Now().UnixMilli() > last+2000 },
+		func() string { return "the last due time did not pass" })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	redelivered := 0
+	for id, d := range due {
+		firsts := 0
+		for _, r := range w.got[id] {
+			if r.dueMs != d {
+				t.Errorf("%s delivered as due %d, last given due %d", id, r.dueMs, d)
+			}
+			if r.attempt == 1 {
+				firsts++
+			} else {
+				redelivered++
+			}
+		}
+		switch {
+		case cancelled[id] && len(w.got[id]) > 0:
+			t.Errorf("%s was cancelled on the source, yet delivered", id)
+		case !cancelled[id] && firsts != 1:
+			t.Errorf("%s first delivered %d times", id, firsts)
+		}
+	}
+	t.Logf("%d duplicates, all redeliveries of the same id after a lease ran out: %d", dups, redelivered)
+	if onTargetToo == 0 || onTargetToo == len(cancelled)+rescheduled {
+		t.Errorf("%d of %d cancels and reschedules found their message moved, want some but not all", onTargetToo, len(cancelled)+rescheduled)
 	}
 }
