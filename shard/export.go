@@ -23,11 +23,11 @@ import (
 // exportLine is one exported message: the JSON Lines form (jsonLine),
 // every field written only when set, in a fixed order.
 type exportLine struct {
-	ID              string         `json:"id"`
+	ID              string         `json:"id,omitempty"`
 	Topic           string         `json:"topic,omitempty"`
 	Exchange        *string        `json:"exchange,omitempty"`
 	RoutingKey      *string        `json:"routing_key,omitempty"`
-	AtMs            int64          `json:"at_ms"`
+	AtMs            int64          `json:"at_ms,omitempty"`
 	ExpiresAtMs     int64          `json:"expires_at_ms,omitempty"`
 	MaxLateMs       int64          `json:"max_lateness_ms,omitempty"`
 	Retry           []string       `json:"retry,omitempty"`
@@ -46,6 +46,7 @@ type exportLine struct {
 	Headers         map[string]any `json:"headers,omitempty"`
 	Body            *string        `json:"body,omitempty"`
 	BodyBase64      *string        `json:"body_base64,omitempty"`
+	Dead            *deadJSON      `json:"dead,omitempty"`
 }
 
 // ErrOccurrence is returned by AppendLine for an occurrence of a recurring
@@ -63,6 +64,27 @@ func AppendLine(dst []byte, id string, dueMs int64, attempts int, env *Envelope)
 	if env.Occurrence.Schedule != "" {
 		return dst, fmt.Errorf("export %q: %w (schedule %q)", id, ErrOccurrence, env.Occurrence.Schedule)
 	}
+	l, err := exportLineOf(id, dueMs, attempts, env)
+	if err != nil {
+		return dst, err
+	}
+	return encodeLine(dst, id, &l)
+}
+
+// encodeLine appends l as one JSON line, HTML characters as they are.
+func encodeLine(dst []byte, id string, l *exportLine) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(l); err != nil { // Encode ends the line
+		return dst, fmt.Errorf("export %q: %w", id, err)
+	}
+	return append(dst, b.Bytes()...), nil
+}
+
+// exportLineOf is the line of AppendLine; with no id and a due time of 0,
+// the message of a schedule (AppendScheduleLine).
+func exportLineOf(id string, dueMs int64, attempts int, env *Envelope) (exportLine, error) {
 	l := exportLine{ID: id, Topic: env.Topic, AtMs: dueMs, ExpiresAtMs: env.ExpiresMs, MaxLateMs: env.MaxLatenessMs,
 		Attempts: attempts, ContentType: env.ContentType}
 	if env.Topic == "" {
@@ -82,7 +104,7 @@ func AppendLine(dst []byte, id string, dueMs int64, attempts int, env *Envelope)
 		case HeaderRetryStep:
 			n, err := strconv.Atoi(fmt.Sprint(h.Value))
 			if err != nil {
-				return dst, fmt.Errorf("export %q: header %s is %v, not a step", id, HeaderRetryStep, h.Value)
+				return l, fmt.Errorf("export %q: header %s is %v, not a step", id, HeaderRetryStep, h.Value)
 			}
 			l.RetryStep = n
 		default:
@@ -99,13 +121,7 @@ func AppendLine(dst []byte, id string, dueMs int64, attempts int, env *Envelope)
 		s := base64.StdEncoding.EncodeToString(env.Body)
 		l.BodyBase64 = &s
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&l); err != nil { // Encode ends the line
-		return dst, fmt.Errorf("export %q: %w", id, err)
-	}
-	return append(dst, b.Bytes()...), nil
+	return l, nil
 }
 
 // ExportCursor is where an export goes on: in shard Shard, in Part (""

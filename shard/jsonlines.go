@@ -43,6 +43,7 @@ type jsonLine struct {
 	Retry       []string                   `json:"retry"`
 	RetryStep   int                        `json:"retry_step"`
 	Attempts    int                        `json:"attempts"`
+	Dead        *deadJSON                  `json:"dead"`
 
 	ContentEncoding string `json:"content_encoding"`
 	CorrelationID   string `json:"correlation_id"`
@@ -67,7 +68,9 @@ type jsonLine struct {
 // the AMQP properties content_encoding, correlation_id, reply_to,
 // expiration, type, app_id, priority, delivery_mode and timestamp (unix
 // seconds); and, as an export writes them (AppendLine), retry_step and
-// attempts (Message.RetryStep, Attempts). Blank lines are skipped.
+// attempts (Message.RetryStep, Attempts), and for a dead message dead,
+// {"since_ms": N, "reason": "..."}, without a due time (Message.Dead).
+// Blank lines are skipped.
 type LineReader struct {
 	r       *bufio.Reader
 	line    int
@@ -212,8 +215,15 @@ func parseLine(raw []byte, template bool) (Message, error) {
 			return Message{}, invalid("at_ms", "%d is outside [%d, %d)", *l.AtMs, minAt.UnixMilli(), maxAt.UnixMilli())
 		}
 		m.At = time.UnixMilli(*l.AtMs)
-	case !template:
+	case !template && l.Dead == nil:
 		return Message{}, invalid("delay_ms", "missing: give delay_ms or at_ms")
+	}
+	if l.Dead != nil {
+		d, err := l.Dead.stateOf(template, l.DelayMs != nil || l.AtMs != nil)
+		if err != nil {
+			return Message{}, err
+		}
+		m.Dead = d
 	}
 	if l.ExpiresAtMs != nil {
 		if *l.ExpiresAtMs < minAt.UnixMilli() || *l.ExpiresAtMs >= maxAt.UnixMilli() {

@@ -130,6 +130,12 @@ type Message struct {
 	// with x-delayq-attempt Attempts + 1). A new message leaves both 0.
 	RetryStep int
 	Attempts  int
+	// Dead, when set, is a dead message restored as an export wrote it
+	// (delayq export --dead, then enqueue -f; deadrestore.go): EnqueueBatch
+	// puts it in its shard's dead set, with its reason and time of death,
+	// where redrive and purge find it, instead of scheduling it. Only
+	// EnqueueBatch and UpsertBatch take it.
+	Dead *DeadState
 }
 
 // MaxAttempts is the most deliveries a restored message may say it had.

@@ -344,6 +344,9 @@ func destinationOf(m *Message) string {
 // traceparent and tracestate headers unless it has its own (package
 // tracing: a malformed one is dropped).
 func (p *Producer) prepare(ctx context.Context, m *Message) (prepared, error) {
+	if m.Dead != nil {
+		return prepared{}, invalid("dead", "a dead message is restored by EnqueueBatch, not scheduled")
+	}
 	traced := *m
 	traced.Headers = tracing.Capture(ctx, m.Headers)
 	m = &traced
@@ -394,6 +397,9 @@ func (p *Producer) UpsertBatch(ctx context.Context, msgs []Message) ([]BatchResu
 }
 
 func (p *Producer) enqueueBatch(ctx context.Context, msgs []Message, upsert bool) ([]BatchResult, error) {
+	if slices.ContainsFunc(msgs, func(m Message) bool { return m.Dead != nil }) {
+		return p.enqueueWithDead(ctx, msgs, upsert) // restored dead messages: deadrestore.go
+	}
 	if len(msgs) > 0 {
 		var span trace.Span
 		if ctx, span = tracing.StartCreate(ctx, destinationOf(&msgs[0]), len(msgs)); span != nil {

@@ -126,7 +126,7 @@ func (s *Store) checkReplicated(calls []call, cmds []*redis.Cmd, waitCmd *redis.
 var acknowledged = map[*redis.Script]bool{
 	enqueueScript: true, enqueueManyScript: true, ackScript: true, cancelScript: true, cancelManyScript: true,
 	rescheduleScript: true, redriveScript: true, purgeScript: true, retryScript: true,
-	enqueueQuotaScript: true, enqueueManyQuotaScript: true, ackQuotaScript: true,
+	enqueueQuotaScript: true, enqueueManyQuotaScript: true, ackQuotaScript: true, restoreDeadScript: true,
 }
 
 // run1 runs one call (see run).

@@ -21,6 +21,9 @@ type scheduleJSON struct {
 	GraceMs *int64          `json:"grace_ms"`
 	CatchUp int             `json:"catch_up"`
 	Message json.RawMessage `json:"message"`
+	// State is what an export adds (AppendScheduleLine): restored when
+	// the schedule is created, ignored when it exists.
+	State *scheduleStateJSON `json:"state"`
 }
 
 // ParseScheduleJSON reads a schedule in its JSON form:
@@ -31,7 +34,10 @@ type scheduleJSON struct {
 // Fields: name, spec, zone, start_ms and end_ms (unix ms), count, missed
 // (skip, latest, all), grace_ms, catch_up, and message: the JSON Lines
 // form of a message (ParseLine) without id, delay_ms, at_ms, expires_at_ms
-// and retry. The schedule's own rules are checked by UpsertSchedule.
+// and retry; and state, what delayq export --schedules writes of what a
+// schedule has done (paused, fired, skipped, last_ms, created_ms),
+// restored when the schedule is created and ignored when it exists. The
+// schedule's own rules are checked by UpsertSchedule.
 func ParseScheduleJSON(raw []byte) (Schedule, error) {
 	var j scheduleJSON
 	if err := decodeOne(raw, &j); err != nil {
@@ -65,6 +71,11 @@ func ParseScheduleJSON(raw []byte) (Schedule, error) {
 		return Schedule{}, prefixField("message.", err)
 	}
 	sc.Message = m
+	if j.State != nil {
+		if sc.Restore, err = j.State.restoreOf(); err != nil {
+			return Schedule{}, err
+		}
+	}
 	return sc, nil
 }
 

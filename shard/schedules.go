@@ -51,6 +51,21 @@ type Schedule struct {
 	// ExpiresAt and Retry must be empty: the schedule gives the id and the
 	// time. MaxLateness applies to each occurrence.
 	Message Message `json:"-"`
+	// Restore, when set, is the state an export wrote (AppendScheduleLine):
+	// a schedule created with it starts paused or not, with its counts of
+	// occurrences fired and skipped, its last occurrence and its creation
+	// time (where @every counts from) as they were. Ignored when the
+	// schedule exists: an import run twice changes nothing.
+	Restore *ScheduleState `json:"-"`
+}
+
+// ScheduleState is what a schedule has done so far, as an export carries
+// it (Schedule.Restore).
+type ScheduleState struct {
+	Paused         bool
+	Fired, Skipped int64
+	Last           time.Time // zero: none published yet
+	Created        time.Time
 }
 
 // ScheduleInfo is a schedule as stored, with its state.
@@ -312,34 +327,56 @@ func (p *Producer) upsertSchedule(ctx context.Context, sc Schedule) (ScheduleInf
 	if err != nil {
 		return fail(err)
 	}
+	restore := sc.Restore
+	if st.found {
+		restore = nil // the schedule's own state stays
+	}
 	if st.found && sc.Start.IsZero() { // keep the anchor of the first version
 		r.AnchorMs = st.def.anchorMs(st.createdMs)
+	}
+	lastMs, paused, skipped, last := st.lastMs, st.paused, int64(0), ""
+	if restore != nil {
+		if sc.Start.IsZero() && !restore.Created.IsZero() {
+			r.AnchorMs = restore.Created.UnixMilli()
+		}
+		paused, skipped = restore.Paused, restore.Skipped
+		if !restore.Last.IsZero() {
+			lastMs = restore.Last.UnixMilli()
+			last = strconv.FormatInt(lastMs, 10)
+		}
 	}
 	if !sc.Start.IsZero() {
 		r.AnchorMs = sc.Start.UnixMilli()
 	}
 	ruleJSON := r.JSON()
 	from := nowMs
-	if st.lastMs >= from {
-		from = st.lastMs + 1
+	if lastMs >= from {
+		from = lastMs + 1
 	}
 	next, err := r.First(sp, time.UnixMilli(from))
 	hasNext := err == nil
 	if err != nil && !errors.Is(err, schedule.ErrNoOccurrence) {
 		return fail(err)
 	}
-	if !hasNext && !st.found {
+	if !hasNext && !st.found && restore == nil { // a restored one may have ended
 		return fail(invalid("spec", "%v", err))
 	}
 	def := scheduleDef{Schedule: sc, Envelope: AppendEnvelope(nil, &env)}
-	def.Schedule.Message = Message{}
+	def.Schedule.Message, def.Schedule.Restore = Message{}, nil
 	defJSON, _ := json.Marshal(def)
-	args := []any{st.version, defJSON, ruleJSON, sc.Count, boolArg(st.paused), s.wake, i, 0, "", 0}
+	args := []any{st.version, defJSON, ruleJSON, sc.Count, boolArg(paused), s.wake, i, skipped, last, 0}
 	if hasNext {
 		id, occ := occurrence(env, sc.Name, st.version+1, ruleJSON, next.UnixMilli())
 		args = append(args[:len(args)-1], 1, id, next.UnixMilli(), occ, "1")
 	} else {
 		args = append(args, "0")
+	}
+	if restore != nil {
+		created := nowMs
+		if !restore.Created.IsZero() {
+			created = restore.Created.UnixMilli()
+		}
+		args = append(args, restore.Fired, created)
 	}
 	v, err := s.run1(ctx, scheduleWriteScript, s.scheduleKeys(i, sc.Name), args...).Int64Slice()
 	if err != nil {

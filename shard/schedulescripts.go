@@ -58,6 +58,9 @@ end
 //	the last is the schedule's next occurrence (its pending one), the
 //	others missed ones a resume publishes
 //	ARGV[11 + 3n] "1" when the caller gave a next occurrence
+//	ARGV[12 + 3n], ARGV[13 + 3n] (optional) the fired count and the
+//	created ms of a schedule restored from an export, when it is created
+//	(ARGV[8] and ARGV[9] carry its skipped count and last ms)
 //
 // The pending occurrence stays when it is in flight or due (being fired:
 // its firing goes on with the new def, from changed_ms); else it is
@@ -84,7 +87,9 @@ if pending ~= '' then
     redis.call('HDEL', KEYS[5], pending)
   end
 end
-if v == 0 then redis.call('HSET', KEYS[1], 'created_ms', now, 'fired', 0, 'skipped', 0) end
+if v == 0 then
+  redis.call('HSET', KEYS[1], 'created_ms', ARGV[13 + 3 * n] or now, 'fired', ARGV[12 + 3 * n] or 0, 'skipped', 0)
+end
 redis.call('HSET', KEYS[1], 'version', v + 1, 'def', ARGV[2], 'rule', ARGV[3], 'count', ARGV[4], 'changed_ms', now)
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'paused', '1') else redis.call('HDEL', KEYS[1], 'paused') end
 if kept == 1 then return {1, v + 1, now, 1} end

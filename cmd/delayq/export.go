@@ -14,16 +14,24 @@ import (
 )
 
 func exportCommand() command {
-	return command{name: "export", args: "[-o FILE] [--after CURSOR]",
-		summary: "every scheduled message as the JSON lines enqueue -f reads back", run: runExport,
-		flags: func() *flag.FlagSet { fs, _, _ := exportFlags(); return fs }}
+	return command{name: "export", args: "[-o FILE] [--after CURSOR] [--schedules | --dead]",
+		summary: "every scheduled message as the JSON lines enqueue -f reads back (or the schedules, or the dead)", run: runExport,
+		flags: func() *flag.FlagSet { fs, _ := exportFlags(); return fs }}
 }
 
-func exportFlags() (fs *flag.FlagSet, out, after *string) {
-	fs = flag.NewFlagSet("export", flag.ContinueOnError)
-	out = fs.String("o", "", "write to this file (default: standard output)")
-	after = fs.String("after", "", "go on after this cursor (an export that stopped prints it)")
-	return fs, out, after
+type exportOpts struct {
+	out, after      string
+	schedules, dead bool
+}
+
+func exportFlags() (*flag.FlagSet, *exportOpts) {
+	o := &exportOpts{}
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	fs.StringVar(&o.out, "o", "", "write to this file (default: standard output)")
+	fs.StringVar(&o.after, "after", "", "go on after this cursor (an export that stopped prints it)")
+	fs.BoolVar(&o.schedules, "schedules", false, "the recurring schedules instead, as the lines schedule set --file reads back (with what each has done)")
+	fs.BoolVar(&o.dead, "dead", false, "the dead messages instead, as the lines enqueue -f puts back in the dead set")
+	return fs, o
 }
 
 // exportPage is how many entries one Redis call of the export reads.
@@ -38,18 +46,35 @@ const exportPage = 500
 // left out (exit 1 at the end); an occurrence of a recurring schedule is
 // left out (delayq schedule exports the schedules).
 func runExport(ctx context.Context, e *env, args []string) int {
-	fs, out, after := exportFlags()
+	fs, o := exportFlags()
 	pos, err := parse(fs, args, e.stderr)
 	if err != nil {
 		return exitUsage
 	}
-	if len(pos) > 0 {
-		fmt.Fprintf(e.stderr, "delayq export: unexpected argument %q\nusage: delayq export %s\n", pos[0], exportCommand().args)
+	usage := func(msg string) int {
+		fmt.Fprintf(e.stderr, "delayq export: %s\nusage: delayq export %s\n", msg, exportCommand().args)
 		return exitUsage
 	}
-	cur, err := shard.ParseExportCursor(*after)
+	switch {
+	case len(pos) > 0:
+		return usage(fmt.Sprintf("unexpected argument %q", pos[0]))
+	case o.schedules && o.dead:
+		return usage("--schedules and --dead are two exports: run one, then the other")
+	case o.schedules && o.after != "":
+		return usage("--after is for messages and the dead: the schedules are exported whole")
+	}
+	var cur shard.ExportCursor
+	var deadCur shard.DeadCursor
+	if o.dead {
+		deadCur, err = shard.ParseDeadCursor(o.after)
+	} else if !o.schedules {
+		cur, err = shard.ParseExportCursor(o.after)
+		if err != nil {
+			err = &shard.InvalidError{Field: "after", Reason: err.Error()}
+		}
+	}
 	if err != nil {
-		return e.fail("export", &shard.InvalidError{Field: "after", Reason: err.Error()})
+		return e.fail("export", err)
 	}
 	rdb, st, err := e.connect(ctx)
 	if err != nil {
@@ -61,8 +86,8 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		return e.fail("export", err)
 	}
 	var w io.Writer = e.stdout
-	if *out != "" {
-		f, err := os.Create(*out)
+	if o.out != "" {
+		f, err := os.Create(o.out)
 		if err != nil {
 			return e.fail("export", err)
 		}
@@ -70,6 +95,12 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		w = f
 	}
 	bw := bufio.NewWriterSize(w, 256<<10)
+	switch {
+	case o.schedules:
+		return exportSchedules(ctx, e, st, bw)
+	case o.dead:
+		return exportDead(ctx, e, st, n, deadCur, bw)
+	}
 	var bar *progress
 	if isTerminal(e.stderr) {
 		bar = &progress{w: e.stderr, start: time.Now(), noun: "exported"}

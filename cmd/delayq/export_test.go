@@ -157,3 +157,129 @@ func TestExportImportRoundTrip(t *testing.T) {
 		t.Errorf("a bad line: exit %d %s %s", code, out, e)
 	}
 }
+
+// TestExportSchedulesAndDead: export --schedules writes each recurring
+// schedule with what it has done (fired, last, paused, created), which
+// schedule set --file restores into another namespace: exported again, the
+// same bytes, and set twice, still the same; export --dead writes each
+// dead message with its reason, time of death and deliveries, which
+// enqueue -f puts back in the dead set (not scheduled): exported again,
+// the same bytes; redriven there, it leaves the dead set. Bad state and dead
+// fields are named.
+func TestExportSchedulesAndDead(t *testing.T) {
+	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=1")
+	w.consume()
+	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: w.got}
+	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	dst, err := shard.NewStore(rdb, to.ns)
+	must(t, err)
+	ok := func(w *world, stdin string, args ...string) string {
+		t.Helper()
+		out, e, code := w.delayq(stdin, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s %s", args, code, out, e)
+		}
+		return out
+	}
+	ok(w, "", "schedule", "set", "tick", "@every 1s", "--count", "1000", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
+	ok(w, "", "schedule", "set", "berlin", "30 9 * * 1-5", "--zone", "Europe/Berlin", "--missed", "latest", "--grace", "5m",
+		"--topic", "reports", "--max-lateness", "1h", "--body", "<b>report</b> ü")
+	ok(w, "", "schedule", "pause", "berlin")
+	for j := range 6 { // dead after one refusal: no queue is bound to "none"
+		ok(w, "", "enqueue", "--id", fmt.Sprintf("dead-%d", j), "--exchange", w.exchange, "--routing-key", "none",
+			"--header", "n=42", "--body", fmt.Sprintf("dead body %d", j), "--delay", "10ms")
+	}
+	sc := w.scan()
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		info, err := src.ScheduleInfo(ctx, "tick")
+		dead, derr := src.DeadList(ctx, 4, 100)
+		return err == nil && derr == nil && info.Fired >= 3 && len(dead) == 6
+	}, func() string { return "the schedule did not fire 3 times, or the 6 messages are not dead" })
+	sc.kill()
+
+	schedules := ok(w, "", "export", "--schedules")
+	if n := strings.Count(schedules, "\n"); n != 2 || !strings.Contains(schedules, `"paused":true`) || !strings.Contains(schedules, `"last_ms":`) {
+		t.Fatalf("export --schedules: %d lines, want 2 with a paused one and a last occurrence:\n%s", n, schedules)
+	}
+	ok(to, schedules, "schedule", "set", "--file", "-")
+	if again := ok(to, "", "export", "--schedules"); again != schedules {
+		t.Fatalf("export --schedules -> set --file -> export differs:\n%s\n%s", schedules, again)
+	}
+	ok(to, schedules, "schedule", "set", "--file", "-") // twice: the state stays
+	if again := ok(to, "", "export", "--schedules"); again != schedules {
+		t.Errorf("set --file twice changed the state:\n%s\n%s", schedules, again)
+	}
+	was, err := src.ScheduleInfo(ctx, "tick")
+	must(t, err)
+	now, err := dst.ScheduleInfo(ctx, "tick")
+	must(t, err)
+	if now.Fired != was.Fired || !now.Last.Equal(was.Last) || !now.Created.Equal(was.Created) ||
+		now.Next.Sub(was.Created)%time.Second != 0 || !now.Next.After(was.Last) {
+		t.Errorf("restored tick: fired %d last %s created %s next %s; was fired %d last %s created %s",
+			now.Fired, now.Last, now.Created, now.Next, was.Fired, was.Last, was.Created)
+	}
+	if b, err := dst.ScheduleInfo(ctx, "berlin"); err != nil || !b.Paused || !b.Next.IsZero() {
+		t.Errorf("restored berlin: paused %v next %s (%v), want paused with none pending", b.Paused, b.Next, err)
+	}
+
+	dead := ok(w, "", "export", "--dead")
+	if n := strings.Count(dead, "\n"); n != 6 || !strings.Contains(dead, `"dead":{"since_ms":`) || !strings.Contains(dead, `"attempts":1`) {
+		t.Fatalf("export --dead: %d lines, want 6 dead with their deliveries:\n%s", n, dead)
+	}
+	if out := ok(to, dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 6, duplicates 0, rejected 0") {
+		t.Errorf("enqueue -f of the dead: %s", out)
+	}
+	if out := ok(to, dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 0, duplicates 6") {
+		t.Errorf("enqueue -f of the dead again: %s", out)
+	}
+	if again := ok(to, "", "export", "--dead"); again != dead {
+		t.Fatalf("export --dead -> enqueue -f -> export differs:\n%s\n%s", dead, again)
+	}
+	if out := ok(to, "", "inspect", "dead-3"); !strings.Contains(out, "dead") || !strings.Contains(out, "NO_ROUTE") {
+		t.Errorf("inspect of a restored dead message: %s", out)
+	}
+	// Redriven where it was restored, to a bound routing key: delivered,
+	// as its second attempt.
+	ok(to, "", "dead", "redrive", "dead-3")
+	out := ok(to, "", "export", "--dead")
+	if strings.Contains(out, `"id":"dead-3"`) || strings.Count(out, "\n") != 5 {
+		t.Errorf("after the redrive, export --dead still has dead-3 or not the other 5:\n%s", out)
+	}
+
+	for _, c := range []struct{ line, want string }{
+		{`{"id":"d","topic":"t","at_ms":1700000000000,"dead":{"since_ms":1700000000000,"reason":"x"}}`, "dead: a dead message has no due time"},
+		{`{"id":"d","topic":"t","dead":{"since_ms":5,"reason":"x"}}`, "dead.since_ms: 5 is outside"},
+		{`{"id":"d","topic":"t","dead":{"since_ms":1700000000000,"why":"x"}}`, `unknown field "why"`},
+	} {
+		if out, e, code := to.delayq(c.line+"\n", "enqueue", "-f", "-"); code != 1 || !strings.Contains(out+e, "line 1") || !strings.Contains(out+e, c.want) {
+			t.Errorf("%s: exit %d %s %s, want line 1 saying %q", c.line, code, out, e, c.want)
+		}
+	}
+	for _, c := range []struct{ state, want string }{
+		{`{"fired":-1,"created_ms":1700000000000}`, "state.fired: -1 is negative"},
+		{`{"fired":1,"created_ms":3}`, "state.created_ms: 3 is outside"},
+		{`{"fired":1,"created_ms":1700000000000,"last_ms":-4}`, "state.last_ms: -4 is outside"},
+	} {
+		line := `{"name":"s","spec":"@daily","message":{"topic":"t"},"state":` + c.state + "}\n"
+		if out, e, code := to.delayq(line, "schedule", "set", "--file", "-"); code != 1 || !strings.Contains(out+e, "line 1") || !strings.Contains(out+e, c.want) {
+			t.Errorf("%s: exit %d %s %s, want line 1 saying %q", c.state, code, out, e, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"export", "--schedules", "--dead"}, "two exports"},
+		{[]string{"export", "--schedules", "--after", "1:2:x"}, "--after is for messages"},
+		{[]string{"export", "--dead", "--after", "x"}, "not a cursor of the dead list"},
+	} {
+		if _, e, code := w.delayq("", c.args...); code == 0 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d %s, want saying %q", c.args, code, e, c.want)
+		}
+	}
+}

@@ -372,6 +372,9 @@ func DecodeBatch(b []byte) (msgs []shard.Message, index []int, items []BatchItem
 	items = make([]BatchItem, len(req.Messages))
 	for i, raw := range req.Messages {
 		m, err := shard.ParseLine(raw)
+		if err == nil && m.Dead != nil {
+			err = &shard.InvalidError{Field: "dead", Reason: "dead messages are restored by an operator's delayq enqueue -f, not over HTTP"}
+		}
 		if err != nil {
 			// The id, if it can be read at all, says which message it was.
 			var probe struct {

@@ -245,6 +245,8 @@ func TestBadRequests(t *testing.T) {
 		{"dead limit", "GET", "/v1/dead?limit=100000", readToken, "", "", 400, "limit"},
 		{"selection both", "POST", "/v1/dead/redrive", adminToken, js, `{"ids":["a"],"all":true}`, 400, "ids"},
 		{"no such endpoint", "GET", "/v1/nothing", readToken, "", "", 404, ""},
+		{"a dead message", "POST", "/v1/messages", adminToken, js, `{"id":"x","topic":"t","dead":{"since_ms":1700000000000,"reason":"r"}}`, 400, "dead"},
+		{"a schedule's exported state", "PUT", "/v1/schedules/s", adminToken, js, `{"spec":"@daily","message":{"topic":"t"},"state":{"fired":3,"created_ms":1700000000000}}`, 400, "state"},
 	} {
 		code, v := f.do(c.method, c.path, c.token, c.ctype, c.body)
 		if code != c.status || c.field != "" && v["field"] != c.field || v["title"] == "" {
@@ -279,9 +281,10 @@ func TestBatchResultsPerItem(t *testing.T) {
 	}
 	// Members of the wrong type or unknown: each item names its field and id.
 	_, v = f.do("POST", "/v1/messages/batch", adminToken, js, `{"messages":[`+
-		`{"id":"c1","topic":"t","delay_ms":"soon"},{"id":"c2","topic":"t","delay_ms":1,"colour":"red"}]}`)
+		`{"id":"c1","topic":"t","delay_ms":"soon"},{"id":"c2","topic":"t","delay_ms":1,"colour":"red"},`+
+		`{"id":"c3","topic":"t","dead":{"since_ms":1700000000000,"reason":"r"}}]}`)
 	res, _ = v["results"].([]any)
-	for i, want := range [][2]string{{"c1", "delay_ms"}, {"c2", "colour"}} {
+	for i, want := range [][2]string{{"c1", "delay_ms"}, {"c2", "colour"}, {"c3", "dead"}} {
 		if item := res[i].(map[string]any); item["status"] != "invalid" || item["id"] != want[0] || item["field"] != want[1] {
 			t.Errorf("item %d: %v, want invalid %s naming %s", i, item, want[0], want[1])
 		}

@@ -169,8 +169,11 @@ func (a *API) ChangeSchedule(ctx context.Context, via, who, op, name string) (sh
 // name in the path wins; one in the body must match it).
 func (a *API) UpsertSchedule(ctx context.Context, via, who, name string, body []byte) (shard.ScheduleInfo, error) {
 	sc, err := shard.ParseScheduleJSON(body)
-	if err == nil && sc.Name != "" && sc.Name != name {
+	switch {
+	case err == nil && sc.Name != "" && sc.Name != name:
 		err = &shard.InvalidError{Field: "name", Reason: fmt.Sprintf("%q in the body, %q in the path", sc.Name, name)}
+	case err == nil && sc.Restore != nil:
+		err = &shard.InvalidError{Field: "state", Reason: "an exported schedule's state is restored by an operator's delayq schedule set --file, not over HTTP"}
 	}
 	var info shard.ScheduleInfo
 	if err == nil {
