@@ -3,12 +3,9 @@ package shard
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,34 +63,21 @@ func (s *Store) ExportDead(ctx context.Context, shards int, after DeadCursor, n 
 		if err != nil {
 			return err
 		}
-		envs := make([]*redis.StringCmd, len(page))
-		metas := make([]*redis.StringCmd, len(page))
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for j, d := range page {
-				ks := ShardKeys(s.ns, d.Shard)
-				envs[j], metas[j] = p.HGet(ctx, ks.Msg, d.ID), p.HGet(ctx, ks.Attempts, d.ID)
+		var stop error // fn's: no more calls after it
+		err = s.readDead(ctx, page, func(d Dead, line []byte, err error) {
+			x := ExportedDead{ID: d.ID, Line: line, Next: DeadCursor{SinceMs: d.Since.UnixMilli(), ID: d.ID}}
+			if err != nil {
+				x.Err = fmt.Errorf("export dead %q in shard %d: %w", d.ID, d.Shard, err)
 			}
-			return nil
-		}); err != nil && !errors.Is(err, redis.Nil) {
+			if stop == nil {
+				stop = fn(x)
+			}
+		})
+		if err != nil {
 			return fmt.Errorf("export dead messages: %w", err)
 		}
-		for j, d := range page {
-			x := ExportedDead{ID: d.ID, Next: DeadCursor{SinceMs: d.Since.UnixMilli(), ID: d.ID}}
-			raw, err := envs[j].Bytes()
-			var env Envelope
-			if err == nil {
-				env, err = DecodeEnvelope(raw)
-			}
-			if err != nil {
-				x.Err = fmt.Errorf("export dead %q in shard %d: %w: %v", d.ID, d.Shard, ErrCorrupt, err)
-			} else {
-				a, _, _ := strings.Cut(metas[j].Val(), ":")
-				attempts, _ := strconv.Atoi(a)
-				x.Line, x.Err = appendDeadLine(nil, d, attempts, &env)
-			}
-			if err := fn(x); err != nil {
-				return err
-			}
+		if stop != nil {
+			return stop
 		}
 		if !more || len(page) == 0 {
 			return nil

@@ -519,8 +519,11 @@
 // Export, import and a live move of every pending message, so that a team
 // outgrows one Redis (for a Cluster, another region, a new namespace)
 // without a pause. Built: Export and AppendLine (export.go), read back by
-// enqueue -f; MovePage, the live move's batch with its journal (move.go),
-// which delayq move runs pass after pass. The design:
+// enqueue -f; AppendScheduleLine (scheduleexport.go) and ExportDead
+// (deadrestore.go) for the schedules and the dead; MovePage and MoveFar,
+// the live move's batches with their journal (move.go), which delayq move
+// runs pass after pass; MoveSchedules and MoveDeadPage (movestate.go). The
+// design:
 //
 //   - One line format: export writes each scheduled message as the JSON
 //     Lines object enqueue -f reads (jsonlines.go), with its due time as
@@ -556,10 +559,42 @@
 //     (at most 500) may be published by both sides: the documented
 //     duplicate. Nothing is lost at any line: a message is removed from
 //     the source only once the target has it.
+//   - The far tier moves as the due set does, a bucket's live records a
+//     batch at a time (MoveFar): a record is removed from the source only
+//     while the far index still names the record read (the bulk cancel's
+//     script), so one cancelled, rescheduled, replaced or promoted
+//     meanwhile stays as that left it; a journal's id not in the due set
+//     is looked for in the far tier. Held sets and class backlogs hold
+//     messages already due: the source's fleet publishes them. So do
+//     occurrences of recurring schedules: their schedules move instead.
+//   - Schedules are handed over one at a time (movestate.go): the target's
+//     copy is made with the source's state, its last occurrence the
+//     source's pending one, which the source keeps and publishes; then one
+//     script deletes the source's schedule if it is still the version and
+//     pending occurrence read, else the copy is deleted and the schedule
+//     tried again. A journal on the source names each copy made and not yet
+//     handed over, so a rerun after a kill makes it again from the state
+//     then: only occurrences due between the kill and the rerun can be
+//     published by both sides (with the same id, name@time).
+//   - Export and import carry a schedule's state ("state": paused, fired,
+//     skipped, last, created, which is where @every counts from), applied
+//     only when the set creates the schedule, so an import run twice
+//     changes nothing; and a dead message's death ("dead": since, reason),
+//     which puts it back in its shard's dead set (restoreDeadScript,
+//     deduped by id in the shard), not in the due set. Both are an
+//     operator's import: refused over HTTP.
+//   - Dead messages move a page at a time (MoveDeadPage): copied into the
+//     target's dead sets, removed from the source if still dead since the
+//     time read; the copy of one redriven or purged meanwhile is purged.
+//     No journal: a killed move leaves a page dead on both sides, and the
+//     rerun finds them on the target and removes the source's.
 //   - Refused before anything is copied: a target whose policy can evict,
-//     which is full, or whose namespace has another M than asked. A target
-//     that fills up during the move stops it after the batch that failed,
-//     which stays on the source.
+//     which is over 80 % of its maxmemory, or whose namespace records
+//     another M than asked (from Consul, or pinned by its producers). A
+//     target that fills up during the move refuses some copies: the rest
+//     of the batch moves, the refused stay on the source, and the move
+//     stops (Redis checks maxmemory at a script's first write, so a
+//     refused call wrote nothing).
 //
 // # Packages
 //

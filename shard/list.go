@@ -21,7 +21,8 @@ type Listed struct {
 	Envelope *Envelope // nil when Corrupt is set
 	Corrupt  error     // why the stored envelope could not be decoded
 
-	raw []byte // the envelope as stored (List; the move compares it)
+	raw      []byte // the envelope as stored (List; the move compares it)
+	farEntry string // its far index entry, "<b>:<seq>", when the move read it far
 }
 
 // ListCursor is where a listing of one shard goes on: after the entry with

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ type MoveResult struct {
 	// them, the copy this batch made cancelled (a rescheduled one is
 	// copied by a later pass).
 	Changed int
+	// Occurrences are occurrences of recurring schedules, left to the
+	// source's fleet: their schedules make them (MoveSchedules).
+	Occurrences int
 	// Left are not moved, each with why: the target refused the copy
 	// (invalid there, over a quota, at capacity), or the envelope cannot
 	// be read or is an occurrence of a recurring schedule.
@@ -132,6 +136,19 @@ func (s *Store) finishJournal(ctx context.Context, i int, to *Producer, o MoveOp
 	for j, id := range ids {
 		raw, ok := envs.Val()[j].(string)
 		if dues.Val()[j] == 0 || !ok {
+			var info Info
+			if far, err := s.inspectFar(ctx, i, id, &info); err != nil {
+				return fmt.Errorf("move shard %d: look for %q in its far tier: %w", i, id, err)
+			} else if far { // still far here: copied again, removed as read now
+				l := Listed{ID: id, Shard: i, Due: info.At, Far: true, raw: info.farEnvelope, farEntry: info.farEntry,
+					Envelope: info.Envelope, Corrupt: info.Corrupt}
+				if m, ok := metas.Val()[j].(string); ok {
+					a, _, _ := strings.Cut(m, ":")
+					l.Attempts, _ = strconv.Atoi(a)
+				}
+				page = append(page, l)
+				continue
+			}
 			// No longer scheduled here (cancelled, claimed by the source's
 			// fleet): the copy the killed batch made must go, else the
 			// target publishes it too.
@@ -185,6 +202,10 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 		if err == nil {
 			m, err = ParseLine(line)
 		}
+		if errors.Is(err, ErrOccurrence) {
+			r.Occurrences++ // its schedule's: published by the source's fleet
+			continue
+		}
 		if err != nil {
 			r.Left = append(r.Left, fmt.Errorf("move %q in shard %d: %w", l.ID, i, err))
 			continue
@@ -217,14 +238,12 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 	if o.AtStep != nil {
 		o.AtStep(StepMoveCopied)
 	}
-	var args []any
 	var out []int    // index in msgs of each message to remove
 	made := []bool{} // whether this batch made its copy
 	var full error   // the target at its memory limit: the move stops after this batch
 	for j, x := range res {
 		switch {
 		case x.Err == nil, errors.Is(x.Err, ErrDuplicate), errors.Is(x.Err, ErrCancelled):
-			args = append(args, from[j].ID, from[j].Due.UnixMilli(), from[j].raw)
 			out, made = append(out, j), append(made, x.Err == nil)
 		case IsRedisFull(x.Err):
 			full = cmp.Or(full, x.Err)
@@ -233,11 +252,7 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 		}
 	}
 	if len(out) > 0 {
-		ks := ShardKeys(s.ns, i)
-		sts, err := s.run1(ctx, moveOutScript, []string{ks.Due, ks.Msg, ks.Attempts}, args...).Int64Slice()
-		if err == nil && len(sts) != len(out) {
-			err = fmt.Errorf("unexpected reply of %d statuses for %d messages", len(sts), len(out))
-		}
+		sts, err := s.moveOut(ctx, i, from, out)
 		if err != nil {
 			// Nothing known removed: the journal stays, and the next
 			// MovePage of the shard finishes it.
@@ -264,6 +279,156 @@ func (s *Store) moveListed(ctx context.Context, i int, page []Listed, to *Produc
 	}
 	if full != nil {
 		return fmt.Errorf("move shard %d: the target is full, what it refused stays on the source: %w", i, full)
+	}
+	return nil
+}
+
+// moveOut removes from shard i each of from[out] still exactly as read, in
+// one round trip: a near one if still due at the same time with the same
+// envelope (moveOutScript), a far one if its index still names the record
+// read (farBulkCancelScript, counting in the shard's MoveFarCountKey). It
+// returns a status per message: 1 removed, 0 changed meanwhile.
+func (s *Store) moveOut(ctx context.Context, i int, from []*Listed, out []int) ([]int64, error) {
+	ks := ShardKeys(s.ns, i)
+	var nearArgs []any
+	var near, far []int // positions in out
+	for k, j := range out {
+		if from[j].Far {
+			far = append(far, k)
+		} else {
+			near, nearArgs = append(near, k), append(nearArgs, from[j].ID, from[j].Due.UnixMilli(), from[j].raw)
+		}
+	}
+	var calls []call
+	if len(near) > 0 {
+		calls = append(calls, call{moveOutScript, []string{ks.Due, ks.Msg, ks.Attempts}, nearArgs})
+	}
+	var fs FarSettings
+	if len(far) > 0 {
+		var err error
+		if fs, _, err = s.farSettings(ctx); err != nil {
+			return nil, err
+		}
+	}
+	fk := farKeysOf(s.ns, i)
+	for lo := 0; lo < len(far); lo += maxCancelMany {
+		part := far[lo:min(lo+maxCancelMany, len(far))]
+		keys := append(make([]string, 0, 3+len(part)), fk.dir(), fk.meta(), MoveFarCountKey(s.ns, i))
+		args := append(make([]any, 0, 1+2*len(part)), moveFarCountTTL.Milliseconds())
+		for _, k := range part {
+			l := from[out[k]]
+			keys, args = append(keys, fk.index(l.ID, fs.IndexSlots)), append(args, l.ID, l.farEntry)
+		}
+		calls = append(calls, call{farBulkCancelScript, keys, args})
+	}
+	sts := make([]int64, len(out))
+	c := 0
+	for _, cmd := range s.run(ctx, calls...) {
+		v, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, err
+		}
+		var at []int
+		if c == 0 && len(near) > 0 {
+			at = near
+		} else {
+			lo := (c - min(len(near), 1)) * maxCancelMany
+			at = far[lo:min(lo+maxCancelMany, len(far))]
+		}
+		if len(v) != len(at) {
+			return nil, fmt.Errorf("unexpected reply of %d statuses for %d messages", len(v), len(at))
+		}
+		for k, p := range at {
+			sts[p] = v[k]
+		}
+		c++
+	}
+	return sts, nil
+}
+
+// MoveFarCountKey is shard i's count of the far messages the move removed
+// from it (HASH field done), kept an hour after the last.
+func MoveFarCountKey(ns string, i int) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:movefar"
+}
+
+// moveFarCountTTL is how long MoveFarCountKey lives after its last count.
+const moveFarCountTTL = time.Hour
+
+// MoveFar moves shard i's far tier (the messages due beyond the far
+// horizon, see "The far-future tier") to the target, a bucket at a time,
+// n messages a batch, as MovePage moves the due set: journal, copy,
+// removal of each record still the one read (a record cancelled,
+// rescheduled, replaced or promoted meanwhile stays as that left it, and
+// its copy is cancelled; a promoted one goes over with the due set on a
+// later pass), journal ended. What falls due within o.Keep stays. It
+// finishes the shard's journal first. Nothing when the tier is off.
+func (s *Store) MoveFar(ctx context.Context, i int, n int, to *Producer, o MoveOptions) (MoveResult, error) {
+	var r MoveResult
+	if err := s.finishJournal(ctx, i, to, o, &r); err != nil {
+		return r, err
+	}
+	fs, on, err := s.farSettings(ctx)
+	if err != nil || !on {
+		return r, err
+	}
+	nowMs, err := s.redisNowMs(ctx)
+	if err != nil {
+		return r, fmt.Errorf("move shard %d: %w", i, err)
+	}
+	buckets, err := s.farBuckets(ctx, i, fs, 0, 0)
+	if err != nil {
+		return r, fmt.Errorf("move shard %d: %w", i, err)
+	}
+	for _, fb := range buckets {
+		recs, err := s.liveFarRecords(ctx, i, fs, fb.b)
+		if err != nil {
+			return r, fmt.Errorf("move shard %d: %w", i, err)
+		}
+		prefix := strconv.FormatInt(fb.b, 10) + ":"
+		var page []Listed
+		for _, rec := range recs {
+			if rec.DueMs <= nowMs+o.Keep.Milliseconds() {
+				continue // the source's to publish
+			}
+			l := Listed{ID: rec.ID, Shard: i, Due: time.UnixMilli(rec.DueMs), Far: true,
+				raw: slices.Clone(rec.Envelope), farEntry: prefix + strconv.FormatUint(rec.Seq, 10)}
+			if env, err := DecodeEnvelope(l.raw); err != nil {
+				l.Corrupt = err
+			} else {
+				l.Envelope = &env
+			}
+			page = append(page, l)
+		}
+		for chunk := range slices.Chunk(page, max(n, 1)) {
+			if err := s.readAttempts(ctx, i, chunk); err != nil {
+				return r, err
+			}
+			r.Read += len(chunk)
+			if err := s.moveListed(ctx, i, chunk, to, o, &r, false); err != nil {
+				return r, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// readAttempts reads the deliveries so far of page's messages of shard i
+// (a far message may have had some: a retry's next try placed far).
+func (s *Store) readAttempts(ctx context.Context, i int, page []Listed) error {
+	ids := make([]string, len(page))
+	for j := range page {
+		ids[j] = page[j].ID
+	}
+	metas, err := s.rdb.HMGet(ctx, ShardKeys(s.ns, i).Attempts, ids...).Result()
+	if err != nil {
+		return fmt.Errorf("move shard %d: read attempts: %w", i, err)
+	}
+	for j, m := range metas {
+		if v, ok := m.(string); ok {
+			a, _, _ := strings.Cut(v, ":")
+			page[j].Attempts, _ = strconv.Atoi(a)
+		}
 	}
 	return nil
 }

@@ -226,3 +226,115 @@ func TestMoveFinishesAKilledBatch(t *testing.T) {
 		t.Errorf("the journal is still there")
 	}
 }
+
+// TestMoveTakesTheFarTier: messages waiting in the far tier move with
+// MoveFar, each record removed from the source only while its index still
+// names the record read: one cancelled on the source between the copy and
+// the removal has its copy cancelled, one rescheduled there stays at its
+// new time (and goes over on the next call); a batch killed between copy
+// and removal is finished from the journal, its far ids found far; an
+// occurrence of a schedule is left to the source, counted.
+func TestMoveTakesTheFarTier(t *testing.T) {
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	ctx := t.Context()
+	rdb := srv.Client(t)
+	ns := shardtest.Namespace(t)
+	src, err := shard.NewStore(rdb, ns+"-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := shard.NewStore(rdb, ns+"-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*shard.Store{src, dst} {
+		if err := st.EnableFar(ctx, shard.FarSettings{Horizon: 10 * time.Minute, BucketWidth: 10 * time.Minute, IndexSlots: 16, Since: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from := shard.NewProducer(src, fixed(1), shard.ProducerOptions{})
+	to := shard.NewProducer(dst, fixed(1), shard.ProducerOptions{})
+	var msgs []shard.Message
+	for j := range 300 {
+		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("f-%03d", j), Topic: "t", Body: []byte(fmt.Sprint("far ", j)),
+			Delay: 2*time.Hour + time.Duration(j)*time.Second, Attempts: j % 3})
+	}
+	res, err := from.EnqueueBatch(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if _, err := from.UpsertSchedule(ctx, shard.Schedule{Name: "daily", Spec: "@daily", Message: shard.Message{Topic: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := from.Inspect(ctx, "f-000"); !info.Far {
+		t.Fatalf("f-000 is not far: %+v", info)
+	}
+	// Killed after the copy of the first batch of 100.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the move did not reach its step")
+			}
+		}()
+		_, _ = src.MoveFar(ctx, 0, 100, to, shard.MoveOptions{Keep: time.Minute, AtStep: func(string) { panic("killed") }})
+	}()
+	// Between the kill and the rerun, and between the rerun's copies and
+	// removals, the source cancels and reschedules.
+	if err := from.Cancel(ctx, "f-000"); err != nil {
+		t.Fatal(err)
+	}
+	step := 0
+	var later time.Time
+	r, err := src.MoveFar(ctx, 0, 100, to, shard.MoveOptions{Keep: time.Minute, AtStep: func(string) {
+		step++
+		if step == 3 { // the second batch after the journal's: f-200 .. f-299
+			if err := from.Cancel(ctx, "f-250"); err != nil {
+				t.Error(err)
+			}
+			if later, err = from.RescheduleAfter(ctx, "f-251", 5*time.Hour); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Moved+r.There != 297 || r.Changed != 3 || r.Occurrences != 0 {
+		t.Errorf("MoveFar: %+v, want 297 moved, 3 changed (cancelled before the rerun, cancelled and rescheduled during it)", r)
+	}
+	r, err = src.MoveFar(ctx, 0, 100, to, shard.MoveOptions{Keep: time.Minute})
+	if err != nil || r.Moved != 1 {
+		t.Errorf("MoveFar again: %+v %v, want the rescheduled one moved", r, err)
+	}
+	// The due set: the schedule's pending occurrence stays, counted.
+	r, _, _, err = src.MovePage(ctx, 0, shard.ListCursor{}, 100, to, shard.MoveOptions{Keep: time.Minute})
+	if err != nil || r.Occurrences != 1 || len(r.Left) != 0 {
+		t.Errorf("MovePage of the due set: %+v %v, want the one occurrence left to the source", r, err)
+	}
+	for j, m := range msgs {
+		a, _ := from.Inspect(ctx, m.ID)
+		b, _ := to.Inspect(ctx, m.ID)
+		switch {
+		case j == 0 || j == 250:
+			if a.State == shard.StateScheduled || b.State == shard.StateScheduled {
+				t.Errorf("%s was cancelled on the source, yet scheduled (source %s, target %s)", m.ID, a.State, b.State)
+			}
+		case a.State == shard.StateScheduled || b.State != shard.StateScheduled:
+			t.Errorf("%s: source %s, target %s", m.ID, a.State, b.State)
+		case j == 251 && !b.At.Equal(later):
+			t.Errorf("%s rescheduled on the source to %s during the move, is due %s on the target", m.ID, later, b.At)
+		case j != 251 && (!b.At.Equal(res[j].Due) || b.Attempts != j%3 || !b.Far || string(b.Envelope.Body) != string(m.Body)):
+			t.Errorf("%s on the target: due %s far %v attempts %d body %q, want due %s far, %d attempts, %q",
+				m.ID, b.At, b.Far, b.Attempts, b.Envelope.Body, res[j].Due, j%3, m.Body)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, shard.MoveJournalKey(src.Namespace(), 0)).Result(); n != 0 {
+		t.Errorf("the journal is still there")
+	}
+}

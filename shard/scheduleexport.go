@@ -54,6 +54,9 @@ func AppendScheduleLine(dst []byte, info *ScheduleInfo) ([]byte, error) {
 	l := scheduleLine{Name: info.Name, Spec: info.Spec, Zone: info.Zone, Count: info.Count, Missed: info.Missed,
 		GraceMs: info.Grace.Milliseconds(), CatchUp: info.CatchUp, Message: msg,
 		State: scheduleStateJSON{Paused: info.Paused, Fired: info.Fired, Skipped: info.Skipped, CreatedMs: info.Created.UnixMilli()}}
+	if info.Start.IsZero() { // where @every counts from, to the millisecond
+		l.State.CreatedMs = info.anchor().UnixMilli()
+	}
 	if !info.Start.IsZero() {
 		l.StartMs = info.Start.UnixMilli()
 	}

@@ -83,6 +83,20 @@ type ScheduleInfo struct {
 	Changed time.Time
 	// Envelope is the stored message, as each occurrence copies it.
 	Envelope *Envelope
+
+	anchorMs int64 // where @every counts from (the stored rule's), 0 unknown
+}
+
+// anchor is where the schedule's @every counts from: its start, else its
+// rule's anchor (its creation, as the producer's clock read it).
+func (info *ScheduleInfo) anchor() time.Time {
+	if info.Start.IsZero() && info.anchorMs > 0 {
+		return time.UnixMilli(info.anchorMs)
+	}
+	if !info.Start.IsZero() {
+		return info.Start
+	}
+	return info.Created
 }
 
 // OccurrenceID is the message id of the occurrence of schedule name at
@@ -371,12 +385,15 @@ func (p *Producer) upsertSchedule(ctx context.Context, sc Schedule) (ScheduleInf
 	} else {
 		args = append(args, "0")
 	}
-	if restore != nil {
+	switch {
+	case restore != nil:
 		created := nowMs
 		if !restore.Created.IsZero() {
 			created = restore.Created.UnixMilli()
 		}
 		args = append(args, restore.Fired, created)
+	case !st.found: // created when the anchor was read, to the millisecond
+		args = append(args, 0, nowMs)
 	}
 	v, err := s.run1(ctx, scheduleWriteScript, s.scheduleKeys(i, sc.Name), args...).Int64Slice()
 	if err != nil {
@@ -573,6 +590,12 @@ func (s *Store) findSchedule(ctx context.Context, name string) (int, scheduleSta
 func (st *scheduleState) info(i int) (ScheduleInfo, error) {
 	info := ScheduleInfo{Schedule: st.def.Schedule, Shard: i, Version: st.version, Paused: st.paused, Pending: st.pending,
 		Fired: st.fired, Skipped: st.skipped, Created: time.UnixMilli(st.createdMs), Changed: time.UnixMilli(st.changedMs)}
+	var rule struct {
+		AnchorMs int64 `json:"anchor_ms"`
+	}
+	if json.Unmarshal([]byte(st.rule), &rule) == nil {
+		info.anchorMs = rule.AnchorMs
+	}
 	if st.nextMs >= 0 && st.pending != "" {
 		info.Next = time.UnixMilli(st.nextMs)
 	}

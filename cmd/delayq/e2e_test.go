@@ -181,6 +181,17 @@ func (w *world) delayq(stdin string, args ...string) (stdout, stderr string, cod
 	return o.String(), e.String(), code
 }
 
+// succeed runs the binary to completion and returns its stdout; any exit
+// but 0 fails the test.
+func (w *world) succeed(stdin string, args ...string) string {
+	w.t.Helper()
+	out, e, code := w.delayq(stdin, args...)
+	if code != 0 {
+		w.t.Fatalf("%v: exit %d %s %s", args, code, out, e)
+	}
+	return out
+}
+
 // proc is a running `delayq scan`.
 type proc struct {
 	cmd     *exec.Cmd

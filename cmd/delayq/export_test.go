@@ -178,20 +178,12 @@ func TestExportSchedulesAndDead(t *testing.T) {
 	must(t, err)
 	dst, err := shard.NewStore(rdb, to.ns)
 	must(t, err)
-	ok := func(w *world, stdin string, args ...string) string {
-		t.Helper()
-		out, e, code := w.delayq(stdin, args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d %s %s", args, code, out, e)
-		}
-		return out
-	}
-	ok(w, "", "schedule", "set", "tick", "@every 1s", "--count", "1000", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
-	ok(w, "", "schedule", "set", "berlin", "30 9 * * 1-5", "--zone", "Europe/Berlin", "--missed", "latest", "--grace", "5m",
+	w.succeed("", "schedule", "set", "tick", "@every 1s", "--count", "1000", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
+	w.succeed("", "schedule", "set", "berlin", "30 9 * * 1-5", "--zone", "Europe/Berlin", "--missed", "latest", "--grace", "5m",
 		"--topic", "reports", "--max-lateness", "1h", "--body", "<b>report</b> ü")
-	ok(w, "", "schedule", "pause", "berlin")
+	w.succeed("", "schedule", "pause", "berlin")
 	for j := range 6 { // dead after one refusal: no queue is bound to "none"
-		ok(w, "", "enqueue", "--id", fmt.Sprintf("dead-%d", j), "--exchange", w.exchange, "--routing-key", "none",
+		w.succeed("", "enqueue", "--id", fmt.Sprintf("dead-%d", j), "--exchange", w.exchange, "--routing-key", "none",
 			"--header", "n=42", "--body", fmt.Sprintf("dead body %d", j), "--delay", "10ms")
 	}
 	sc := w.scan()
@@ -202,16 +194,16 @@ func TestExportSchedulesAndDead(t *testing.T) {
 	}, func() string { return "the schedule did not fire 3 times, or the 6 messages are not dead" })
 	sc.kill()
 
-	schedules := ok(w, "", "export", "--schedules")
+	schedules := w.succeed("", "export", "--schedules")
 	if n := strings.Count(schedules, "\n"); n != 2 || !strings.Contains(schedules, `"paused":true`) || !strings.Contains(schedules, `"last_ms":`) {
 		t.Fatalf("export --schedules: %d lines, want 2 with a paused one and a last occurrence:\n%s", n, schedules)
 	}
-	ok(to, schedules, "schedule", "set", "--file", "-")
-	if again := ok(to, "", "export", "--schedules"); again != schedules {
+	to.succeed(schedules, "schedule", "set", "--file", "-")
+	if again := to.succeed("", "export", "--schedules"); again != schedules {
 		t.Fatalf("export --schedules -> set --file -> export differs:\n%s\n%s", schedules, again)
 	}
-	ok(to, schedules, "schedule", "set", "--file", "-") // twice: the state stays
-	if again := ok(to, "", "export", "--schedules"); again != schedules {
+	to.succeed(schedules, "schedule", "set", "--file", "-") // twice: the state stays
+	if again := to.succeed("", "export", "--schedules"); again != schedules {
 		t.Errorf("set --file twice changed the state:\n%s\n%s", schedules, again)
 	}
 	was, err := src.ScheduleInfo(ctx, "tick")
@@ -227,26 +219,26 @@ func TestExportSchedulesAndDead(t *testing.T) {
 		t.Errorf("restored berlin: paused %v next %s (%v), want paused with none pending", b.Paused, b.Next, err)
 	}
 
-	dead := ok(w, "", "export", "--dead")
+	dead := w.succeed("", "export", "--dead")
 	if n := strings.Count(dead, "\n"); n != 6 || !strings.Contains(dead, `"dead":{"since_ms":`) || !strings.Contains(dead, `"attempts":1`) {
 		t.Fatalf("export --dead: %d lines, want 6 dead with their deliveries:\n%s", n, dead)
 	}
-	if out := ok(to, dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 6, duplicates 0, rejected 0") {
+	if out := to.succeed(dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 6, duplicates 0, rejected 0") {
 		t.Errorf("enqueue -f of the dead: %s", out)
 	}
-	if out := ok(to, dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 0, duplicates 6") {
+	if out := to.succeed(dead, "enqueue", "-f", "-"); !strings.Contains(out, "enqueued 0, duplicates 6") {
 		t.Errorf("enqueue -f of the dead again: %s", out)
 	}
-	if again := ok(to, "", "export", "--dead"); again != dead {
+	if again := to.succeed("", "export", "--dead"); again != dead {
 		t.Fatalf("export --dead -> enqueue -f -> export differs:\n%s\n%s", dead, again)
 	}
-	if out := ok(to, "", "inspect", "dead-3"); !strings.Contains(out, "dead") || !strings.Contains(out, "NO_ROUTE") {
+	if out := to.succeed("", "inspect", "dead-3"); !strings.Contains(out, "dead") || !strings.Contains(out, "NO_ROUTE") {
 		t.Errorf("inspect of a restored dead message: %s", out)
 	}
 	// Redriven where it was restored, to a bound routing key: delivered,
 	// as its second attempt.
-	ok(to, "", "dead", "redrive", "dead-3")
-	out := ok(to, "", "export", "--dead")
+	to.succeed("", "dead", "redrive", "dead-3")
+	out := to.succeed("", "export", "--dead")
 	if strings.Contains(out, `"id":"dead-3"`) || strings.Count(out, "\n") != 5 {
 		t.Errorf("after the redrive, export --dead still has dead-3 or not the other 5:\n%s", out)
 	}

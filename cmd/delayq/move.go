@@ -40,10 +40,12 @@ func moveFlags() (*flag.FlagSet, *moveOpts) {
 const movePage = 500
 
 // runMove moves every scheduled message of the source (DELAYQ_*) due
-// later than --keep to the target, a batch at a time (shard.MovePage),
-// pass after pass over the shards until a pass moves nothing: copied,
-// then removed from the source only if unchanged meanwhile, so each
-// message is live on one side. The target's fleet must be running: what
+// later than --keep to the target, a batch at a time (shard.MovePage, then
+// shard.MoveFar for the far tier), pass after pass over the shards until a
+// pass moves nothing: copied, then removed from the source only if
+// unchanged meanwhile, so each message is live on one side. Then it hands
+// the recurring schedules over (shard.MoveSchedules) and moves the dead
+// messages (shard.MoveDeadPage). The target's fleet must be running: what
 // moves is published there. It refuses, before anything is copied, a
 // target whose policy can evict or which is full, and one whose namespace
 // records another M.
@@ -151,33 +153,45 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	if isTerminal(e.stderr) {
 		bar = &progress{w: e.stderr, start: time.Now(), noun: "moved"}
 	}
+	occurrences := 0 // of the last pass: each pass sees the same ones
 	for pass := 1; o.passes == 0 || pass <= o.passes; pass++ {
 		moved := 0
+		occurrences = 0
+		add := func(r shard.MoveResult, err error) error {
+			moved += r.Moved + r.There
+			occurrences += r.Occurrences
+			total.Read, total.Moved, total.There, total.Changed = total.Read+r.Read, total.Moved+r.Moved, total.There+r.There, total.Changed+r.Changed
+			for _, l := range r.Left {
+				if bar != nil {
+					bar.done()
+				}
+				fmt.Fprintf(e.stderr, "delayq move: left on the source: %v\n", l)
+			}
+			total.Left = append(total.Left, r.Left...)
+			if err != nil {
+				if bar != nil {
+					bar.done()
+				}
+				fmt.Fprintf(e.stdout, "moved %d, there already %d, changed meanwhile %d before the error; run it again to go on\n",
+					total.Moved, total.There, total.Changed)
+				return err
+			}
+			if bar != nil {
+				bar.update(total.Moved+total.There, 0)
+			}
+			return nil
+		}
 		for i := range n {
 			cur := shard.ListCursor{}
 			for more := true; more; {
 				var r shard.MoveResult
 				r, cur, more, err = src.MovePage(ctx, i, cur, movePage, to, mo)
-				moved += r.Moved + r.There
-				total.Read, total.Moved, total.There, total.Changed = total.Read+r.Read, total.Moved+r.Moved, total.There+r.There, total.Changed+r.Changed
-				for _, l := range r.Left {
-					if bar != nil {
-						bar.done()
-					}
-					fmt.Fprintf(e.stderr, "delayq move: left on the source: %v\n", l)
-				}
-				total.Left = append(total.Left, r.Left...)
-				if err != nil {
-					if bar != nil {
-						bar.done()
-					}
-					fmt.Fprintf(e.stdout, "moved %d, there already %d, changed meanwhile %d before the error; run it again to go on\n",
-						total.Moved, total.There, total.Changed)
+				if err := add(r, err); err != nil {
 					return e.fail("move", err)
 				}
-				if bar != nil {
-					bar.update(total.Moved+total.There, 0)
-				}
+			}
+			if err := add(src.MoveFar(ctx, i, movePage, to, mo)); err != nil {
+				return e.fail("move", err)
 			}
 		}
 		if bar != nil {
@@ -190,6 +204,33 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "moved %d, there already %d (the source's copy removed), changed on the source meanwhile %d (left there), not moved %d\n",
 		total.Moved, total.There, total.Changed, len(total.Left))
+	if occurrences > 0 {
+		fmt.Fprintf(e.stdout, "left to the source's fleet: %d pending occurrences of recurring schedules\n", occurrences)
+	}
+	// Then the schedules (each occurrence published by one side), and the
+	// dead messages.
+	sr, err := src.MoveSchedules(ctx, to, mo)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "schedules: moved %d, there already %d before the error; run it again to go on\n", sr.Moved, sr.There)
+		return e.fail("move", err)
+	}
+	fmt.Fprintf(e.stdout, "schedules: moved %d, there already %d (the target's kept), changed on the source meanwhile %d (run it again)\n",
+		sr.Moved, sr.There, sr.Changed)
+	var dr shard.StateMoveResult
+	for cur, more := (shard.DeadCursor{}), true; more; {
+		var r shard.StateMoveResult
+		r, cur, more, err = src.MoveDeadPage(ctx, n, cur, movePage, to)
+		dr.Moved, dr.There, dr.Changed = dr.Moved+r.Moved, dr.There+r.There, dr.Changed+r.Changed
+		for _, l := range r.Left {
+			fmt.Fprintf(e.stderr, "delayq move: left on the source: %v\n", l)
+		}
+		total.Left = append(total.Left, r.Left...)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "dead: moved %d, there already %d before the error; run it again to go on\n", dr.Moved, dr.There)
+			return e.fail("move", err)
+		}
+	}
+	fmt.Fprintf(e.stdout, "dead: moved %d, there already %d, changed on the source meanwhile %d (left there)\n", dr.Moved, dr.There, dr.Changed)
 	if len(total.Left) > 0 {
 		return exitFail
 	}

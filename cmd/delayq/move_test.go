@@ -448,3 +448,111 @@ func TestLiveMoveToClusterAtScale(t *testing.T) {
 		t.Errorf("%d of %d cancels and reschedules found their message moved, want some but not all", onTargetToo, len(cancelled)+rescheduled)
 	}
 }
+
+// TestLiveMoveTakesSchedulesAndDead: the move hands the recurring
+// schedules over while a scanner runs on each side, the mover SIGKILLed
+// once between a schedule's copy and its handover and run again: every
+// occurrence of a schedule firing each second is published once (by one
+// side or the other, none missed; a second publish only of one due between
+// the kill and the rerun, as documented), the target's copies keep their
+// state (created, paused); the dead messages go over with their reasons
+// and times (the same export lines), none left on the source.
+func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
+	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=1")
+	w.consume()
+	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: map[string][]received{}}
+	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	dst, err := shard.NewStore(rdb, to.ns)
+	must(t, err)
+	w.succeed("", "schedule", "set", "tick", "@every 1s", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
+	w.succeed("", "schedule", "set", "hourly", "@hourly", "--topic", "reports")
+	w.succeed("", "schedule", "set", "held", "@daily", "--topic", "reports")
+	w.succeed("", "schedule", "pause", "held")
+	for j := range 20 {
+		w.succeed("", "enqueue", "--id", fmt.Sprintf("dead-%02d", j), "--exchange", w.exchange, "--routing-key", "none", "--delay", "10ms")
+	}
+	w.scan()
+	to.scan()
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		info, err := src.ScheduleInfo(ctx, "tick")
+		dead, derr := src.DeadList(ctx, 4, 100)
+		return err == nil && derr == nil && info.Fired >= 3 && len(dead) == 20
+	}, func() string { return "tick did not fire 3 times, or the 20 are not dead" })
+	deadBefore := w.succeed("", "export", "--dead")
+	created := map[string]time.Time{}
+	infos, err := src.Schedules(ctx)
+	must(t, err)
+	for _, in := range infos {
+		created[in.Name] = in.Created
+	}
+
+	move := []string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4"}
+	killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
+	killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT=schedule-copied:2")
+	windowFrom := time.Now()
+	if _, e, code := killed.delayq("", move...); code != -1 {
+		t.Fatalf("a mover to be killed at its second schedule's handover: exit %d %s", code, e)
+	}
+	out := w.succeed("", move...)
+	windowTo := time.Now()
+	t.Logf("move: %s", strings.Join(strings.Fields(out), " "))
+	if !strings.Contains(out, "schedules: moved 2") || !strings.Contains(out, "dead: moved 20, there already 0") {
+		t.Errorf("move: %s, want the 2 schedules the killed mover had not handed over, and 20 dead, moved", out)
+	}
+	if left, err := src.Schedules(ctx); err != nil || len(left) != 0 {
+		t.Errorf("schedules left on the source: %d %v", len(left), err)
+	}
+	for _, name := range []string{"tick", "hourly", "held"} {
+		info, err := dst.ScheduleInfo(ctx, name)
+		if err != nil || !info.Created.Equal(created[name]) || info.Paused != (name == "held") {
+			t.Errorf("%s on the target: created %s paused %v (%v), want created %s", name, info.Created, info.Paused, err, created[name])
+		}
+	}
+	if out := w.succeed("", "export", "--dead"); out != "" {
+		t.Errorf("dead left on the source:\n%s", out)
+	}
+	if out := to.succeed("", "export", "--dead"); out != deadBefore {
+		t.Errorf("the dead on the target differ from the source's:\n%s\n%s", deadBefore, out)
+	}
+
+	// Four more seconds of tick from the target, then every occurrence
+	// from the first: once each, none missed.
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		info, err := dst.ScheduleInfo(ctx, "tick")
+		return err == nil && info.Last.After(windowTo.Add(4*time.Second))
+	}, func() string { return "tick did not go on firing on the target" })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var nominal []int64
+	for id, rs := range w.got {
+		name, at, ok := strings.Cut(id, "@")
+		if !ok || name != "tick" {
+			continue
+		}
+		ms, err := strconv.ParseInt(at, 10, 64)
+		must(t, err)
+		nominal = append(nominal, ms)
+		firsts := 0
+		for _, r := range rs {
+			if r.attempt == 1 {
+				firsts++
+			}
+		}
+		inWindow := ms >= windowFrom.Add(-time.Second).UnixMilli() && ms <= windowTo.Add(time.Second).UnixMilli()
+		if firsts != 1 && !(firsts == 2 && inWindow) {
+			t.Errorf("%s first published %d times", id, firsts)
+		}
+	}
+	slices.Sort(nominal)
+	for j := 1; j < len(nominal); j++ {
+		if nominal[j]-nominal[j-1] != 1000 {
+			t.Errorf("tick: occurrence %d then %d: one missed", nominal[j-1], nominal[j])
+		}
+	}
+	t.Logf("tick: %d occurrences, each published once", len(nominal))
+}

@@ -1,0 +1,335 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The live move of what is not a scheduled message (see "Moving to
+// another Redis" in the package doc): recurring schedules, handed over
+// one at a time, and dead messages, copied a page at a time.
+//
+// A schedule is handed over so that each occurrence is published by one
+// side: the target's copy is made with the source's state, its last
+// occurrence being the source's pending one (which the source keeps and
+// publishes: its firing finds the schedule gone and publishes it all the
+// same); then one script on the source deletes the schedule, keeping that
+// occurrence, if it is still the version and pending occurrence read. A
+// schedule changed meanwhile (set, paused, resumed, or its pending one
+// fired) has the target's copy deleted and is handed over on a later
+// pass. The source's journal of schedules names each one whose copy the
+// move made and has not handed over yet: a rerun after a kill deletes
+// that copy and makes it again from the source's state then, so only the
+// occurrences due between the kill and the rerun can be published by
+// both. A schedule the target has that the move did not make (set there
+// by an operator) stays as the target has it; the source's is deleted,
+// its pending occurrence kept.
+
+// StepMoveScheduleCopied is the step between a schedule's copy to the
+// target and its handover on the source (MoveOptions.AtStep).
+const StepMoveScheduleCopied = "schedule-copied"
+
+// MoveScheduleJournalKey is shard i's journal of the schedules the move
+// copied and has not handed over yet: a HASH of their names, in the slot
+// of their schedule keys.
+func MoveScheduleJournalKey(ns string, i int) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:movejournal:schedules"
+}
+
+// StateMoveResult is what a move of schedules or dead messages did.
+type StateMoveResult struct {
+	Moved   int     // copied to the target and removed from the source
+	There   int     // the target had it: the target's kept, the source's removed
+	Changed int     // changed on the source meanwhile: left there, for a later pass
+	Left    []error // not moved, each with why
+}
+
+// scheduleHandoverScript deletes a schedule the move copied, if it is
+// still the version and pending occurrence read, keeping that occurrence
+// (the source's fleet publishes it), and ends its journal entry.
+//
+//	KEYS[1] schedule HASH   KEYS[2] the shard's schedule journal HASH
+//	ARGV[1] version read   ARGV[2] pending occurrence read ("" none)   ARGV[3] name
+//
+// Returns 1 handed over, 0 changed since the read (nothing written).
+// Complexity: O(1).
+var scheduleHandoverScript = redis.NewScript(`
+if tonumber(redis.call('HGET', KEYS[1], 'version') or '0') ~= tonumber(ARGV[1]) then return 0 end
+if (redis.call('HGET', KEYS[1], 'pending') or '') ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], ARGV[3])
+return 1
+`)
+
+// MoveSchedules hands every recurring schedule of s over to the target
+// (see above), a schedule changed meanwhile tried again up to three times.
+func (s *Store) MoveSchedules(ctx context.Context, to *Producer, o MoveOptions) (StateMoveResult, error) {
+	var r StateMoveResult
+	names, err := s.rdb.HKeys(ctx, ScheduleRegistryKey(s.ns)).Result()
+	if err != nil {
+		return r, fmt.Errorf("move schedules: registry: %w", err)
+	}
+	for _, name := range names {
+		for attempt := 0; ; attempt++ {
+			outcome, err := s.moveSchedule(ctx, name, to, o)
+			if err != nil {
+				return r, err
+			}
+			if outcome == "changed" && attempt < 3 {
+				continue
+			}
+			switch outcome {
+			case "moved":
+				r.Moved++
+			case "there":
+				r.There++
+			case "changed":
+				r.Changed++
+			}
+			break
+		}
+	}
+	return r, nil
+}
+
+// moveSchedule hands schedule name over: "moved", "there", "changed", or
+// "" (no longer on the source).
+func (s *Store) moveSchedule(ctx context.Context, name string, to *Producer, o MoveOptions) (string, error) {
+	i, st, err := s.findSchedule(ctx, name)
+	if errors.Is(err, ErrScheduleNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("move schedule %q: %w", name, err)
+	}
+	jk := MoveScheduleJournalKey(s.ns, i)
+	ours, err := s.rdb.HExists(ctx, jk, name).Result()
+	if err != nil {
+		return "", fmt.Errorf("move schedule %q: read the journal: %w", name, err)
+	}
+	_, err = to.store.ScheduleInfo(ctx, name)
+	there := err == nil
+	if err != nil && !errors.Is(err, ErrScheduleNotFound) {
+		return "", fmt.Errorf("move schedule %q: the target: %w", name, err)
+	}
+	handover := func() (bool, error) {
+		ok, err := s.run1(ctx, scheduleHandoverScript, []string{ScheduleKey(s.ns, i, name), jk}, st.version, st.pending, name).Int()
+		if err != nil {
+			return false, fmt.Errorf("move schedule %q: hand it over: %w", name, err)
+		}
+		if ok == 1 {
+			if err := s.rdb.HDel(ctx, ScheduleRegistryKey(s.ns), name).Err(); err != nil {
+				return false, fmt.Errorf("move schedule %q: registry: %w", name, err)
+			}
+		}
+		return ok == 1, nil
+	}
+	if there && !ours { // the target's own: it stays
+		ok, err := handover()
+		if err != nil || !ok {
+			return "changed", err
+		}
+		return "there", nil
+	}
+	if there { // the copy of a killed run: made again from the state now
+		if err := to.store.DeleteSchedule(ctx, name); err != nil && !errors.Is(err, ErrScheduleNotFound) {
+			return "", fmt.Errorf("move schedule %q: the copy a killed move made: %w", name, err)
+		}
+	}
+	info, err := st.info(i)
+	if err != nil {
+		return "", fmt.Errorf("move schedule %q: %w", name, err)
+	}
+	sc := info.Schedule
+	restore := &ScheduleState{Paused: st.paused, Fired: st.fired, Skipped: st.skipped, Created: info.Created}
+	if sc.Start.IsZero() {
+		restore.Created = info.anchor() // where @every counts from
+	}
+	if st.lastMs >= 0 {
+		restore.Last = time.UnixMilli(st.lastMs)
+	}
+	if st.pending != "" && st.nextMs >= 0 { // the source publishes it: the target's first comes after
+		restore.Last, restore.Fired = time.UnixMilli(st.nextMs), st.fired+1
+	}
+	sc.Restore = restore
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, jk, name, "1")
+	pipe.Expire(ctx, jk, moveJournalTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", fmt.Errorf("move schedule %q: write the journal: %w", name, err)
+	}
+	if _, err := to.UpsertSchedule(ctx, sc); err != nil {
+		return "", fmt.Errorf("move schedule %q: copy to the target: %w", name, err)
+	}
+	if o.AtStep != nil {
+		o.AtStep(StepMoveScheduleCopied)
+	}
+	ok, err := handover()
+	if err != nil {
+		return "", err
+	}
+	if !ok { // changed since the read: the copy goes, a later try makes it again
+		if err := to.store.DeleteSchedule(ctx, name); err != nil && !errors.Is(err, ErrScheduleNotFound) {
+			return "", fmt.Errorf("move schedule %q: changed on the source meanwhile; its copy: %w", name, err)
+		}
+		if err := s.rdb.HDel(ctx, jk, name).Err(); err != nil {
+			return "", fmt.Errorf("move schedule %q: end the journal: %w", name, err)
+		}
+		return "changed", nil
+	}
+	return "moved", nil
+}
+
+// moveDeadOutScript removes from a shard the dead messages the move copied,
+// each only if it is still dead since the time read (one redriven, purged
+// or replaced meanwhile stays as that left it).
+//
+//	KEYS[1] dead ZSET   KEYS[2] reason HASH   KEYS[3] msg HASH   KEYS[4] attempts HASH
+//	ARGV: for each message, its id and the since ms read
+//
+// Returns one status per message: 1 removed, 0 changed. Complexity:
+// O(n log N).
+var moveDeadOutScript = redis.NewScript(`
+local out = {}
+for j = 1, #ARGV, 2 do
+  local id = ARGV[j]
+  local since = redis.call('ZSCORE', KEYS[1], id)
+  if since and tonumber(since) == tonumber(ARGV[j + 1]) then
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+`)
+
+// MoveDeadPage moves the next n dead messages of shards [0, shards) after
+// the cursor to the target's dead sets (deduped by id: one the target has
+// stays as the target has it), then removes each from the source if it
+// is still dead since the time read; the copy of one redriven, purged or
+// replaced meanwhile is purged. A move killed between the copy and the
+// removal leaves that page dead on both sides: the rerun finds them on
+// the target and removes the source's. It returns the cursor after the
+// page and whether more may follow.
+func (s *Store) MoveDeadPage(ctx context.Context, shards int, after DeadCursor, n int, to *Producer) (StateMoveResult, DeadCursor, bool, error) {
+	var r StateMoveResult
+	page, next, more, err := s.DeadPage(ctx, shards, after, n)
+	if err != nil || len(page) == 0 {
+		return r, after, false, err
+	}
+	var msgs []Message
+	var from []Dead
+	err = s.readDead(ctx, page, func(d Dead, line []byte, err error) {
+		var m Message
+		if err == nil {
+			m, err = ParseLine(line)
+		}
+		if err != nil {
+			r.Left = append(r.Left, fmt.Errorf("move dead %q in shard %d: %w", d.ID, d.Shard, err))
+			return
+		}
+		msgs, from = append(msgs, m), append(from, d)
+	})
+	if err != nil || len(msgs) == 0 {
+		return r, next, more, err
+	}
+	res, err := to.EnqueueBatch(ctx, msgs)
+	if err != nil && !IsRedisFull(err) {
+		return r, after, false, fmt.Errorf("move dead messages: copy to the target: %w", err)
+	}
+	byShard := map[int][]int{}
+	made := make([]bool, len(msgs))
+	var full error
+	for j, x := range res {
+		switch {
+		case x.Err == nil, errors.Is(x.Err, ErrDuplicate):
+			byShard[from[j].Shard] = append(byShard[from[j].Shard], j)
+			made[j] = x.Err == nil
+		case IsRedisFull(x.Err):
+			full = errors.Join(full, x.Err)
+		default:
+			r.Left = append(r.Left, fmt.Errorf("move dead %q in shard %d: the target refused it: %w", from[j].ID, from[j].Shard, x.Err))
+		}
+	}
+	var calls []call
+	var order []int
+	for sh, js := range byShard {
+		ks := ShardKeys(s.ns, sh)
+		args := make([]any, 0, 2*len(js))
+		for _, j := range js {
+			args = append(args, from[j].ID, from[j].Since.UnixMilli())
+		}
+		calls, order = append(calls, call{moveDeadOutScript, []string{ks.Dead, ks.Reason, ks.Msg, ks.Attempts}, args}), append(order, sh)
+	}
+	for c, cmd := range s.run(ctx, calls...) {
+		js := byShard[order[c]]
+		sts, err := cmd.Int64Slice()
+		if err == nil && len(sts) != len(js) {
+			err = fmt.Errorf("unexpected reply of %d statuses for %d messages", len(sts), len(js))
+		}
+		if err != nil {
+			return r, after, false, fmt.Errorf("move dead messages: remove from the source: %w", err)
+		}
+		for k, j := range js {
+			switch {
+			case sts[k] == 1 && made[j]:
+				r.Moved++
+			case sts[k] == 1:
+				r.There++
+			default:
+				r.Changed++
+				if made[j] {
+					if err := to.Purge(ctx, from[j].ID); err != nil && !errors.Is(err, ErrNotFound) {
+						return r, after, false, fmt.Errorf("move dead %q: changed on the source meanwhile; its copy: %w", from[j].ID, err)
+					}
+				}
+			}
+		}
+	}
+	if full != nil {
+		return r, after, false, fmt.Errorf("move dead messages: the target is full, what it refused stays on the source: %w", full)
+	}
+	return r, next, more, nil
+}
+
+// readDead reads the envelope and deliveries of each dead message of page
+// and calls fn with its export line (appendDeadLine), or why it has none.
+func (s *Store) readDead(ctx context.Context, page []Dead, fn func(d Dead, line []byte, err error)) error {
+	envs := make([]*redis.StringCmd, len(page))
+	metas := make([]*redis.StringCmd, len(page))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for j, d := range page {
+			ks := ShardKeys(s.ns, d.Shard)
+			envs[j], metas[j] = p.HGet(ctx, ks.Msg, d.ID), p.HGet(ctx, ks.Attempts, d.ID)
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read dead messages: %w", err)
+	}
+	for j, d := range page {
+		raw, err := envs[j].Bytes()
+		var env Envelope
+		if err == nil {
+			env, err = DecodeEnvelope(raw)
+		}
+		if err != nil {
+			fn(d, nil, fmt.Errorf("%w: %v", ErrCorrupt, err))
+			continue
+		}
+		a, _, _ := strings.Cut(metas[j].Val(), ":")
+		attempts, _ := strconv.Atoi(a)
+		line, err := appendDeadLine(nil, d, attempts, &env)
+		fn(d, line, err)
+	}
+	return nil
+}
