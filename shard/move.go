@@ -49,6 +49,11 @@ type MoveOptions struct {
 	// AtStep, when set, is called with StepMoveCopied after a batch's copy
 	// and before its removal from the source: the crash tests' hook.
 	AtStep func(step string)
+	// Pace, when set, is called before each batch of up to n messages is
+	// read, and may wait (delayq move --rate); its error stops the move
+	// there. A batch of the due set is read after the wait, so a wait
+	// never brings what it copies within Keep.
+	Pace func(ctx context.Context, n int) error
 }
 
 // StepMoveCopied is the step between a batch's copy to the target and its
@@ -94,6 +99,11 @@ func (s *Store) MovePage(ctx context.Context, i int, after ListCursor, n int, to
 	var r MoveResult
 	if err := s.finishJournal(ctx, i, to, o, &r); err != nil {
 		return r, after, false, err
+	}
+	if o.Pace != nil {
+		if err := o.Pace(ctx, n); err != nil {
+			return r, after, false, err
+		}
 	}
 	nowMs, err := s.redisNowMs(ctx)
 	if err != nil {
@@ -401,6 +411,14 @@ func (s *Store) MoveFar(ctx context.Context, i int, n int, to *Producer, o MoveO
 			page = append(page, l)
 		}
 		for chunk := range slices.Chunk(page, max(n, 1)) {
+			// Read before the wait: a far record is published only once
+			// promoted, which a wait cannot skip (a record promoted
+			// meanwhile fails the removal's check).
+			if o.Pace != nil {
+				if err := o.Pace(ctx, len(chunk)); err != nil {
+					return r, err
+				}
+			}
 			if err := s.readAttempts(ctx, i, chunk); err != nil {
 				return r, err
 			}

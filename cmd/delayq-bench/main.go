@@ -75,7 +75,7 @@ func main() {
 	flag.Float64Var(&c.fixedLimit, "limit", 0, "steady runs: use this many msg/s as the limit instead of (d) measured "+
 		"next to them, to compare two builds at the same rates (the host's speed drifts)")
 	flag.IntVar(&c.goroutines, "goroutines", 128, "goroutines per scanner process (the idle scenario always uses 32)")
-	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,far,bulk,ingress,console,flow,schedules,tracing,quota,fair,export; ab, with -before, only when named); "+
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (saturated,steady,burst,idle,memory,far,bulk,ingress,console,flow,schedules,tracing,quota,fair,export,move; ab, with -before, only when named); "+
 		"the ceilings always run; burst takes its k from saturated (1 and the best), or all of -batches without it; steady runs every k of -batches")
 	var scannerEnv string
 	flag.StringVar(&c.before, "before", "", "flow, tracing and ab scenarios: a delayq binary of another build (the one before a change or feature), for the A/B "+
@@ -184,6 +184,7 @@ type results struct {
 	Quota       *quotaResult       `json:"quota,omitempty"`
 	Fair        *fairResult        `json:"fair,omitempty"`
 	Export      *exportResult      `json:"export,omitempty"`
+	Move        *moveResult        `json:"move,omitempty"`
 	AB          *abResult          `json:"ab,omitempty"`
 	Targets     []target           `json:"targets"`
 	Notes       []string           `json:"notes,omitempty"`
@@ -289,6 +290,24 @@ func (r *results) print(w *os.File) {
 			fmt.Fprintf(tw, "%s\t%.0f\t%s / %s / %s\t%s\t\n", row.name, row.s.Dispatch, ms(row.s.P50), ms(row.s.P99), ms(row.s.Max), cpu)
 		}
 		fmt.Fprintf(tw, "far placement before the run\t%.0f/s\t\t\t\n", f.FillRate)
+	}
+	if m := r.Move; m != nil && len(m.Without) > 0 {
+		fmt.Fprintf(tw, "\nLIVE MOVE (a steady load, k=%d, 2 scanners, with %d messages due in an hour waiting; in turn %d times: alone, while delayq move takes them to another namespace of the same Redis (median %s), and while it does so at --rate %.0f; medians)\tmsg/s\tp50 / p99 / max lateness\tCPU a message\t\n",
+			m.Without[0].Batch, m.Backlog, len(m.Without), median(m.MovedIn).Round(time.Millisecond), m.Rate)
+		for _, row := range []struct {
+			name string
+			s    []steadyResult
+		}{{"alone", m.Without}, {"while delayq move runs", m.With}, {fmt.Sprintf("while delayq move --rate %.0f runs", m.Rate), m.WithPaced}} {
+			var rate, cpu []float64
+			var p50, p99, mx []time.Duration
+			for _, s := range row.s {
+				rate, p50, p99, mx = append(rate, s.Dispatch), append(p50, s.P50), append(p99, s.P99), append(mx, s.Max)
+				if s.CPU != nil {
+					cpu = append(cpu, s.CPU.TotalBusy*1e6/s.Dispatch)
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s / %s / %s\t%.1f µs\t\n", row.name, median(rate), ms(median(p50)), ms(median(p99)), ms(median(mx)), median(cpu))
+		}
 	}
 	if f := r.Flow; f != nil && len(f.Stages) > 0 {
 		fmt.Fprintf(tw, "\nFLOW CONTROL (an unlimited topic at %.0f/s, 2 scanners, k=1; beside it a topic with %.0f/s of work)\tp99 at the consumer, each round\tclaims' p99 (<= bucket)\tconfirm p99 (<= bucket)\t\n",

@@ -79,7 +79,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"quota", b.quota}, {"fair", b.fair}, {"export", b.export}, {"ab", b.ab}}
+	}{{"ceilings", b.ceilings}, {"saturated", b.saturated}, {"steady", b.steady}, {"burst", b.burst}, {"idle", b.idle}, {"memory", b.memory}, {"far", b.farLateness}, {"bulk", b.bulk}, {"ingress", b.ingress}, {"console", b.console}, {"flow", b.flow}, {"schedules", b.schedules}, {"tracing", b.tracing}, {"quota", b.quota}, {"fair", b.fair}, {"export", b.export}, {"move", b.move}, {"ab", b.ab}}
 	for _, step := range steps {
 		if c.only != nil && step.name != "ceilings" && !c.only[step.name] || c.only == nil && step.name == "ab" {
 			continue

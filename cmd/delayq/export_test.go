@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +67,8 @@ func exportVariety(j int, base time.Time) shard.Message {
 // type are exported, read back by enqueue -f into another namespace and
 // into a Redis Cluster of three masters, and exported again from each:
 // every export is the same bytes; a message's attempts and due time come
-// back as they were; a bad line is named by number and the rest go in.
+// back as they were; every message is delivered from the cluster as it
+// was enqueued; a bad line is named by number and the rest go in.
 func TestExportImportRoundTrip(t *testing.T) {
 	const n = 100_000
 	w := newWorld(t, 8)
@@ -138,6 +141,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if fromCluster, err := os.ReadFile(third); err != nil || !bytes.Equal(lines, fromCluster) {
 		t.Fatalf("export from the cluster differs from the first (%d and %d bytes): %v", len(lines), len(fromCluster), err)
 	}
+	deliverAsEnqueued(t, onCluster, n, base)
 	// What the consumer would see: attempts and typed headers as they were.
 	copyStore, err := shard.NewStore(rdb, to.ns)
 	must(t, err)
@@ -273,5 +277,102 @@ func TestExportSchedulesAndDead(t *testing.T) {
 		if _, e, code := w.delayq("", c.args...); code == 0 || !strings.Contains(e, c.want) {
 			t.Errorf("%v: exit %d %s, want saying %q", c.args, code, e, c.want)
 		}
+	}
+}
+
+// deliverAsEnqueued makes the n messages of w (exportVariety(j, base),
+// read back from an export) due now with a bulk reschedule, publishes them
+// with a scanner, and checks that each arrives once as it was enqueued:
+// id, body, every property, every typed header, and the attempt that
+// follows its exported count of deliveries.
+func deliverAsEnqueued(t *testing.T, w *world, n int, base time.Time) {
+	t.Helper()
+	conn, err := amqp.Dial(rabbit.URL)
+	must(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	must(t, err)
+	must(t, ch.ExchangeDeclare("orders", "direct", true, false, false, false, nil))
+	orders := w.ns + "-orders"
+	for _, q := range []string{orders, "a-queue"} { // "a-queue": the default exchange's routing key in the lines
+		_, err := ch.QueueDeclare(q, false, false, false, false, nil)
+		must(t, err)
+		_, err = ch.QueuePurge(q, false)
+		must(t, err)
+	}
+	must(t, ch.QueueBind(orders, "order.cancel", "orders", false, nil))
+	var mu sync.Mutex
+	got := map[string][]amqp.Delivery{}
+	for _, q := range []string{orders, "a-queue"} {
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		must(t, err)
+		go func() {
+			for d := range ds {
+				d.Acknowledger = nil
+				mu.Lock()
+				got[d.MessageId] = append(got[d.MessageId], d)
+				mu.Unlock()
+			}
+		}()
+	}
+	// The topic's messages go to the default exchange of the scanner,
+	// "orders", with the topic as routing key.
+	w.scan("DELAYQ_DEFAULT_EXCHANGE=orders")
+	if out := w.succeed("", "reschedule", "--prefix", "rt-", "--delay", "1s", "--yes"); !strings.Contains(out, fmt.Sprint(n)) {
+		t.Fatalf("reschedule of the %d: %s", n, out)
+	}
+	shardtest.WaitFor(t, 3*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= n
+	}, func() string { return fmt.Sprintf("%d of %d delivered", len(got), n) })
+	mu.Lock()
+	defer mu.Unlock()
+	bad := 0
+	for j := range n {
+		want := exportVariety(j, base)
+		ds := got[want.ID]
+		if len(ds) != 1 {
+			t.Errorf("%s delivered %d times", want.ID, len(ds))
+			continue
+		}
+		d := ds[0]
+		mode := want.Properties.DeliveryMode
+		if mode == 0 {
+			mode = amqp.Persistent
+		}
+		var why []string
+		check := func(what string, got, want any) {
+			if !reflect.DeepEqual(got, want) {
+				why = append(why, fmt.Sprintf("%s %#v, want %#v", what, got, want))
+			}
+		}
+		check("body", d.Body, want.Body)
+		check("content type", d.ContentType, want.ContentType)
+		p := want.Properties
+		check("properties", []any{d.ContentEncoding, d.CorrelationId, d.ReplyTo, d.Expiration, d.Type, d.AppId, d.Priority, d.DeliveryMode},
+			[]any{p.ContentEncoding, p.CorrelationID, p.ReplyTo, p.Expiration, p.Type, p.AppID, p.Priority, mode})
+		if !p.Timestamp.IsZero() {
+			check("timestamp", d.Timestamp.UTC(), p.Timestamp)
+		}
+		for k, v := range want.Headers {
+			got := d.Headers[k]
+			if t, ok := got.(time.Time); ok { // the same instant, decoded in the local zone
+				got = t.UTC()
+			}
+			check("header "+k, got, v)
+		}
+		check("attempt", d.Headers[shard.HeaderAttempt], int32(want.Attempts+1))
+		if len(want.Retry) > 0 {
+			check("retry step", fmt.Sprint(d.Headers[shard.HeaderRetryStep]), fmt.Sprint(want.RetryStep))
+		}
+		if len(why) > 0 {
+			if bad++; bad <= 10 {
+				t.Errorf("%s delivered from the cluster not as enqueued: %s", want.ID, strings.Join(why, "; "))
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d not as enqueued", bad, n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/delayq/delayq/shard"
 )
@@ -40,9 +41,16 @@ func exportSchedules(ctx context.Context, e *env, st *shard.Store, bw *bufio.Wri
 func exportDead(ctx context.Context, e *env, st *shard.Store, n int, cur shard.DeadCursor, bw *bufio.Writer) int {
 	written, corrupt := 0, 0
 	last := cur
+	var bar *progress
+	if isTerminal(e.stderr) {
+		bar = &progress{w: e.stderr, start: time.Now(), noun: "exported"}
+	}
 	err := st.ExportDead(ctx, n, cur, exportPage, func(x shard.ExportedDead) error {
 		if x.Err != nil {
 			corrupt++
+			if bar != nil {
+				bar.done()
+			}
 			fmt.Fprintf(e.stderr, "delayq export: left out: %v\n", x.Err)
 		} else if _, err := bw.Write(x.Line); err != nil {
 			return err
@@ -50,10 +58,16 @@ func exportDead(ctx context.Context, e *env, st *shard.Store, n int, cur shard.D
 			written++
 		}
 		last = x.Next
+		if bar != nil {
+			bar.update(written, 0)
+		}
 		return nil
 	})
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
+	}
+	if bar != nil {
+		bar.done()
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "delayq export: stopped after %d dead messages; to go on: delayq export --dead --after '%s'\n", written, last)

@@ -14,8 +14,8 @@ import (
 )
 
 func moveCommand() command {
-	return command{name: "move", args: "--to-redis ADDRS [--to-namespace NS] [--to-shards M] [--keep 30s] [--passes N]",
-		summary: "move the scheduled messages to another Redis or namespace while both fleets run", run: runMove,
+	return command{name: "move", args: "--to-redis ADDRS [--to-namespace NS] [--to-shards M] [--keep 30s] [--rate N] [--passes N]",
+		summary: "move the scheduled messages, schedules and dead to another Redis or namespace while both fleets run", run: runMove,
 		flags: func() *flag.FlagSet { fs, _ := moveFlags(); return fs }}
 }
 
@@ -23,6 +23,7 @@ type moveOpts struct {
 	toRedis, toNamespace string
 	toShards, passes     int
 	keep                 time.Duration
+	rate                 float64
 }
 
 func moveFlags() (*flag.FlagSet, *moveOpts) {
@@ -33,11 +34,20 @@ func moveFlags() (*flag.FlagSet, *moveOpts) {
 	fs.IntVar(&o.toShards, "to-shards", 0, "M of the target (default: the source's); the target's fleet and producers must use it")
 	fs.DurationVar(&o.keep, "keep", 30*time.Second, "leave what falls due within this to the source's fleet (at least 5s)")
 	fs.IntVar(&o.passes, "passes", 0, "stop after this many passes over the shards (default: once a pass moves nothing)")
+	fs.Float64Var(&o.rate, "rate", 0, "copy at most this many messages a second, to spare the source's fleet (default: as fast as it goes)")
 	return fs, o
 }
 
-// movePage is how many messages one batch of the move copies.
+// movePage is how many messages one batch of the move copies (at most).
 const movePage = 500
+
+// pacedPage is the batch of a move paced at rate messages a second:
+// twenty batches a second, from 50 to movePage. A batch's removal is one
+// script call on the source, which holds its Redis for a moment: smaller
+// batches spread that over the second.
+func pacedPage(rate float64) int {
+	return min(max(int(rate/20), 50), movePage)
+}
 
 // runMove moves every scheduled message of the source (DELAYQ_*) due
 // later than --keep to the target, a batch at a time (shard.MovePage, then
@@ -66,8 +76,8 @@ func runMove(ctx context.Context, e *env, args []string) int {
 		return usage("--to-redis is required")
 	case o.keep < 5*time.Second:
 		return usage(fmt.Sprintf("--keep %s: want at least 5s (a batch must end well before anything it copies falls due)", o.keep))
-	case o.toShards < 0 || o.passes < 0:
-		return usage("--to-shards and --passes are 0 or more")
+	case o.toShards < 0 || o.passes < 0 || o.rate < 0:
+		return usage("--to-shards, --passes and --rate are 0 or more")
 	}
 	rdb, src, err := e.connect(ctx)
 	if err != nil {
@@ -148,6 +158,10 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	if crash != nil {
 		mo.AtStep = func(step string) { crash(ingress.Step(step)) }
 	}
+	page := movePage
+	if o.rate > 0 {
+		mo.Pace, page = pacer(o.rate), pacedPage(o.rate)
+	}
 	var total shard.MoveResult
 	var bar *progress
 	if isTerminal(e.stderr) {
@@ -185,12 +199,12 @@ func runMove(ctx context.Context, e *env, args []string) int {
 			cur := shard.ListCursor{}
 			for more := true; more; {
 				var r shard.MoveResult
-				r, cur, more, err = src.MovePage(ctx, i, cur, movePage, to, mo)
+				r, cur, more, err = src.MovePage(ctx, i, cur, page, to, mo)
 				if err := add(r, err); err != nil {
 					return e.fail("move", err)
 				}
 			}
-			if err := add(src.MoveFar(ctx, i, movePage, to, mo)); err != nil {
+			if err := add(src.MoveFar(ctx, i, page, to, mo)); err != nil {
 				return e.fail("move", err)
 			}
 		}
@@ -219,7 +233,7 @@ func runMove(ctx context.Context, e *env, args []string) int {
 	var dr shard.StateMoveResult
 	for cur, more := (shard.DeadCursor{}), true; more; {
 		var r shard.StateMoveResult
-		r, cur, more, err = src.MoveDeadPage(ctx, n, cur, movePage, to)
+		r, cur, more, err = src.MoveDeadPage(ctx, n, cur, page, to)
 		dr.Moved, dr.There, dr.Changed = dr.Moved+r.Moved, dr.There+r.There, dr.Changed+r.Changed
 		for _, l := range r.Left {
 			fmt.Fprintf(e.stderr, "delayq move: left on the source: %v\n", l)
@@ -235,4 +249,30 @@ func runMove(ctx context.Context, e *env, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// pacer returns a MoveOptions.Pace that lets batches through at rate
+// messages a second on average: each waits until the messages before it
+// are due by the rate, counted from the first.
+func pacer(rate float64) func(ctx context.Context, n int) error {
+	var start time.Time
+	sent := 0
+	return func(ctx context.Context, n int) error {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		wait := time.Until(start.Add(time.Duration(float64(sent) / rate * float64(time.Second))))
+		sent += n
+		if wait <= 0 {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

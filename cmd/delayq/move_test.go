@@ -38,6 +38,7 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 		{[]string{"move"}, "--to-redis is required"},
 		{[]string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "1s"}, "want at least 5s"},
 		{[]string{"move", "--to-redis", redisSrv.Addr}, "the target is the source"},
+		{[]string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--rate", "-5"}, "--rate are 0 or more"},
 	} {
 		if _, e, code := w.delayq("", c.args...); code != 2 || !strings.Contains(e, c.want) {
 			t.Errorf("%v: exit %d %q, want 2 saying %q", c.args, code, e, c.want)
@@ -228,8 +229,8 @@ func TestMoveRefusesATarget(t *testing.T) {
 		}
 	}
 	must(t, sc.ConfigSet(ctx, "maxmemory", "0").Err())
-	if out, e, code := w.delayq("", "move", "--to-redis", small.Addr, "--to-shards", "4", "--keep", "5s"); code != 0 {
-		t.Fatalf("the move again, with room: exit %d %s %s", code, out, e)
+	if out, e, code := w.delayq("", "move", "--to-redis", small.Addr, "--to-shards", "4", "--keep", "5s", "--rate", "20000"); code != 0 {
+		t.Fatalf("the move again, with room (paced): exit %d %s %s", code, out, e)
 	}
 	if left, moved := exported(w), exported(to); len(left) != 0 || len(moved) != 2000 {
 		t.Errorf("after the rerun: %d on the source and %d on the target, want 0 and 2000", len(left), len(moved))
