@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/delayq/delayq/shard"
@@ -75,6 +76,10 @@ func runExport(ctx context.Context, e *env, args []string) int {
 	}
 	if err != nil {
 		return e.fail("export", err)
+	}
+	if os.Getenv("GOGC") == "" {
+		// As for enqueue -f: it allocates for every line and keeps little.
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
 	}
 	rdb, st, err := e.connect(ctx)
 	if err != nil {
