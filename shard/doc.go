@@ -522,8 +522,8 @@
 // enqueue -f; AppendScheduleLine (scheduleexport.go) and ExportDead
 // (deadrestore.go) for the schedules and the dead; MovePage and MoveFar,
 // the live move's batches with their journal (move.go), which delayq move
-// runs pass after pass; MoveSchedules and MoveDeadPage (movestate.go). The
-// design:
+// runs pass after pass; MoveSchedules and MoveDeadPage (movestate.go);
+// MoveSettings and MoveQuotas (movesettings.go). The design:
 //
 //   - One line format: export writes each scheduled message as the JSON
 //     Lines object enqueue -f reads (jsonlines.go), with its due time as
@@ -588,6 +588,12 @@
 //     time read; the copy of one redriven or purged meanwhile is purged.
 //     No journal: a killed move leaves a page dead on both sides, and the
 //     rerun finds them on the target and removes the source's.
+//   - Settings set at runtime go too (movesettings.go), each the target
+//     does not have (its own stays): flow limits and pauses, release
+//     classes and the far tier's settings before the messages, since none
+//     refuses one; quotas after them, since a quota set first would count
+//     the move's copies against its rate, while one set after is adopted
+//     by the target's scanners, which count what arrived.
 //   - Refused before anything is copied: a target whose policy can evict,
 //     which is over 80 % of its maxmemory, or whose namespace records
 //     another M than asked (from Consul, or pinned by its producers). A

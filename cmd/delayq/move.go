@@ -55,7 +55,9 @@ func pacedPage(rate float64) int {
 // pass moves nothing: copied, then removed from the source only if
 // unchanged meanwhile, so each message is live on one side. Then it hands
 // the recurring schedules over (shard.MoveSchedules) and moves the dead
-// messages (shard.MoveDeadPage). The target's fleet must be running: what
+// messages (shard.MoveDeadPage). The namespace's settings go around them:
+// flows, classes and the far tier's before (shard.MoveSettings), quotas
+// after (shard.MoveQuotas). The target's fleet must be running: what
 // moves is published there. It refuses, before anything is copied, a
 // target whose policy can evict or which is full, and one whose namespace
 // records another M.
@@ -163,6 +165,31 @@ func runMove(ctx context.Context, e *env, args []string) int {
 		mo.Pace, page = pacer(o.rate), pacedPage(o.rate)
 	}
 	var total shard.MoveResult
+	settingsLeft := 0
+	settings := func(what string, r shard.SettingsMoved, err error) error {
+		for _, l := range r.Left {
+			fmt.Fprintf(e.stderr, "delayq move: %s not copied: %v\n", what, l)
+		}
+		settingsLeft += len(r.Left)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: copied %d", what, len(r.Copied))
+		if len(r.Copied) > 0 {
+			fmt.Fprintf(e.stdout, " (%s)", strings.Join(r.Copied, ", "))
+		}
+		fmt.Fprintf(e.stdout, ", the target's own kept %d", len(r.There))
+		if len(r.There) > 0 {
+			fmt.Fprintf(e.stdout, " (%s)", strings.Join(r.There, ", "))
+		}
+		fmt.Fprintln(e.stdout)
+		return nil
+	}
+	// Flows, classes and the far tier's settings before the messages (none
+	// refuses a message); quotas after them (see shard.MoveQuotas).
+	if r, err := src.MoveSettings(ctx, dst); settings("settings", r, err) != nil {
+		return e.fail("move", err)
+	}
 	var bar *progress
 	if isTerminal(e.stderr) {
 		bar = &progress{w: e.stderr, start: time.Now(), noun: "moved"}
@@ -245,7 +272,10 @@ func runMove(ctx context.Context, e *env, args []string) int {
 		}
 	}
 	fmt.Fprintf(e.stdout, "dead: moved %d, there already %d, changed on the source meanwhile %d (left there)\n", dr.Moved, dr.There, dr.Changed)
-	if len(total.Left) > 0 {
+	if r, err := src.MoveQuotas(ctx, dst); settings("quotas", r, err) != nil {
+		return e.fail("move", err)
+	}
+	if len(total.Left) > 0 || settingsLeft > 0 {
 		return exitFail
 	}
 	return exitOK

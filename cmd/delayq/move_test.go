@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/delayq/delayq/balance"
 	"github.com/delayq/delayq/shard"
+	"github.com/delayq/delayq/shard/httpapi"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -556,4 +558,68 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 		}
 	}
 	t.Logf("tick: %d occurrences, each published once", len(nominal))
+}
+
+// TestLiveMoveTakesTheSettings: the move copies what operators set at
+// runtime: flow limits and pauses, release classes and the far tier's
+// settings before the messages, quotas after them (the target's scanner
+// then counts what arrived); a setting the target has already stays as
+// the target has it.
+func TestLiveMoveTakesTheSettings(t *testing.T) {
+	w := newWorld(t, 4)
+	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: map[string][]received{}}
+	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	w.succeed("", "flow", "limit", "billing.x", "50", "--burst", "10")
+	w.succeed("", "flow", "pause", "mail.x")
+	w.succeed("", "flow", "limit", "sms.x", "5")
+	to.succeed("", "flow", "limit", "sms.x", "7") // the target's own
+	w.succeed("", "class", "set", "urgent", "--topics", "auth.*", "--strict")
+	w.succeed("", "class", "set", "reports", "--topics", "report.*", "--weight", "3")
+	w.succeed("", "far", "on", "--horizon", "2h", "--width", "10m")
+	w.succeed("", "quota", "set", "billing", "--pending", "1000", "--rules", "topic=billing.*")
+	var in strings.Builder
+	for k := range 150 {
+		delay := time.Hour // near: within the horizon
+		if k >= 100 {
+			delay = 24 * time.Hour // far
+		}
+		fmt.Fprintf(&in, `{"id":"s-%03d","topic":"billing.x","delay_ms":%d,"body":"x"}`+"\n", k, delay.Milliseconds())
+	}
+	w.succeed(in.String(), "enqueue", "-f", "-")
+
+	out := w.succeed("", "move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--to-shards", "4", "--keep", "5s")
+	t.Logf("move: %s", strings.Join(strings.Fields(out), " "))
+	for _, want := range []string{"settings: copied 5 (flow billing.x, flow mail.x, class reports, class urgent, far tier), the target's own kept 1 (flow sms.x)",
+		"moved 150,", "quotas: copied 1 (quota billing)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("move: %s\nwant %q", out, want)
+		}
+	}
+	var flows []httpapi.Flow
+	must(t, json.Unmarshal([]byte(to.succeed("", "flow", "--json")), &flows))
+	got := map[string]string{}
+	for _, f := range flows {
+		got[f.Topic] = fmt.Sprintf("rate %g burst %d paused %v", f.Rate, f.Burst, f.Paused)
+	}
+	for topic, want := range map[string]string{"billing.x": "rate 50 burst 10 paused false", "mail.x": "rate 0 burst 0 paused true", "sms.x": "rate 7 burst 0 paused false"} {
+		if got[topic] != want {
+			t.Errorf("the target's flow of %s: %q, want %q (all: %v)", topic, got[topic], want, got)
+		}
+	}
+	if out := to.succeed("", "class"); !strings.Contains(out, "urgent") || !strings.Contains(out, "reports") {
+		t.Errorf("the target's classes:\n%s", out)
+	}
+	if out := to.succeed("", "far"); !strings.Contains(out, "2h") {
+		t.Errorf("the target's far tier:\n%s", out)
+	}
+	// The target's scanner counts the 150 that arrived in the quota.
+	to.scan()
+	shardtest.WaitFor(t, 30*time.Second, func() bool {
+		var qs []shard.QuotaUsage
+		out, _, code := to.delayq("", "quota", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &qs) == nil && len(qs) == 1 && qs[0].Count == 150
+	}, func() string {
+		out, _, _ := to.delayq("", "quota")
+		return "the target's quota does not count the 150:\n" + out
+	})
 }
