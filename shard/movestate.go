@@ -333,3 +333,28 @@ func (s *Store) readDead(ctx context.Context, page []Dead, fn func(d Dead, line 
 	}
 	return nil
 }
+
+// MoveJournalAge returns how long the oldest journal of a move in shards
+// [0, m) has waited (0: none): a message batch or schedule a mover copied
+// and did not finish. A running move's journals live for the moments of a
+// batch; one that ages was left by a mover cut short, and its batch is on
+// both sides until the move runs again. One pipelined round trip, two
+// PTTLs a shard.
+func (s *Store) MoveJournalAge(ctx context.Context, m int) (time.Duration, error) {
+	cmds := make([]*redis.DurationCmd, 0, 2*m)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range m {
+			cmds = append(cmds, p.PTTL(ctx, MoveJournalKey(s.ns, i)), p.PTTL(ctx, MoveScheduleJournalKey(s.ns, i)))
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("move journals: %w", err)
+	}
+	var oldest time.Duration
+	for _, c := range cmds {
+		if left := c.Val(); left > 0 { // -2: none, -1: no TTL (not the move's)
+			oldest = max(oldest, moveJournalTTL-left)
+		}
+	}
+	return oldest, nil
+}

@@ -37,7 +37,8 @@ func metricNames(t *testing.T) map[string]bool {
 			names[mf.GetName()+s] = true
 		}
 	}
-	// Read at scrape time by the shard, flow and Redis collectors and ops.go.
+	// Read at scrape time by the collectors of the shards, flows, classes,
+	// quotas, Redis, schedules and moves, and ops.go.
 	descs := make(chan *prometheus.Desc, 64)
 	scanner.NewShardCollector(nil, nil).Describe(descs)
 	scanner.NewFlowCollector(nil, nil).Describe(descs)
@@ -45,6 +46,7 @@ func metricNames(t *testing.T) map[string]bool {
 	scanner.NewQuotaCollector(nil, nil).Describe(descs)
 	scanner.NewRedisCollector(nil).Describe(descs)
 	scanner.NewScheduleCollector(nil).Describe(descs)
+	scanner.NewMoveCollector(nil, nil).Describe(descs)
 	// The ingress's vectors, and the flow, scope and class vectors, have no
 	// sample until a message comes.
 	im := ingress.NewMetrics(nil)

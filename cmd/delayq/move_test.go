@@ -26,7 +26,8 @@ import (
 // cancels 150 of them meanwhile; the mover is SIGKILLed twice between a
 // batch's copy and its removal, and run again. Every other message is
 // delivered once as a first delivery, none early, with the due time it
-// was given; no cancelled message is delivered. Bad flags exit 2 naming
+// was given; no cancelled message is delivered. The scanners export the
+// age of the journal a kill left until the rerun. Bad flags exit 2 naming
 // them.
 func TestLiveMoveBetweenNamespaces(t *testing.T) {
 	w := newWorld(t, 4)
@@ -68,7 +69,7 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 			ids = append(ids, r.ID)
 		}
 	}
-	w.scan()
+	source := w.scan()
 	to.scan()
 	var mu sync.Mutex
 	cancelled := map[string]bool{}
@@ -97,12 +98,23 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 			t.Fatalf("a mover to be killed at %s: exit %d %s", at, code, e)
 		}
 	}
+	// The scanners export the age of the journal the kill left (the
+	// DelayqMoveCutShort alert's gauge).
+	journalAge := func() float64 {
+		v, _ := metricValue(source.scrape(t), "delayq_move_journal_age_seconds", "")
+		return v
+	}
+	shardtest.WaitFor(t, 10*time.Second, func() bool { return journalAge() > 0 },
+		func() string { return "no delayq_move_journal_age_seconds above 0 after the kill" })
 	out, e, code := w.delayq("", move...)
 	wg.Wait()
 	if code != 0 || !strings.Contains(out, "moved ") {
 		t.Fatalf("move: exit %d %s %s", code, out, e)
 	}
 	t.Logf("move: %s", strings.TrimSpace(out))
+	if age := journalAge(); age != 0 {
+		t.Errorf("after the rerun, delayq_move_journal_age_seconds %g, want 0", age)
+	}
 	var want []string
 	for _, id := range ids {
 		if !cancelled[id] {

@@ -50,7 +50,7 @@ func newOps(addr string, profiles bool, rdb redis.UniversalClient, st *shard.Sto
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := scanner.NewMetrics(reg)
 	reg.MustRegister(scanner.NewShardCollector(st, layout), scanner.NewFlowCollector(st, layout), scanner.NewClassCollector(st, layout), scanner.NewQuotaCollector(st, layout), scanner.NewRedisCollector(st),
-		scanner.NewScheduleCollector(st))
+		scanner.NewScheduleCollector(st), scanner.NewMoveCollector(st, layout))
 	b := readBuildInfo()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "delayq", Name: "build_info",
 		Help: "Always 1; the labels say which build runs."}, []string{"version", "revision", "goversion"})
