@@ -168,6 +168,7 @@ func TestScopeMatrix(t *testing.T) {
 		"POST /v1/schedules/{name}/resume":  {{"/v1/schedules/billing-nightly/resume", ""}},
 		"GET /v1/schedules/{name}/preview":  {{"/v1/schedules/billing-nightly/preview", ""}},
 		"GET /v1/openapi.json":              {{"/v1/openapi.json", ""}},
+		"GET /v1/export":                    {{"/v1/export", ""}, {"/v1/export?kind=dead", ""}, {"/v1/export?kind=schedules", ""}},
 	}
 	var routes []string
 	code, doc := f.raw("GET", "/v1/openapi.json", "", "")

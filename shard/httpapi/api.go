@@ -128,6 +128,7 @@ func New(o Options) *API {
 	a.handle("POST /v1/schedules/{name}/pause", onSchedule(RoleOperate), a.changeScheduleHandler("pause"))
 	a.handle("POST /v1/schedules/{name}/resume", onSchedule(RoleOperate), a.changeScheduleHandler("resume"))
 	a.handle("GET /v1/schedules/{name}/preview", onSchedule(RoleRead), a.previewSchedule)
+	a.handle("GET /v1/export", inNamespace(RoleRead), a.export)
 	a.handle("GET /v1/openapi.json", public(), func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
