@@ -35,18 +35,10 @@ const (
 
 func (b *bench) farLateness(ctx context.Context) error {
 	k := b.c.batches[0]
-	near, err := b.nearCeilings(ctx, k)
+	rate, err := b.loadRate(ctx, k, farBenchLoad)
 	if err != nil {
 		return err
 	}
-	limit := near.sharedLimit(k)
-	if limit == 0 {
-		limit = near.limit(k)
-	}
-	if b.c.fixedLimit > 0 {
-		limit = b.c.fixedLimit
-	}
-	rate := farBenchLoad * limit
 	res := &farLatenessResult{Far: b.c.far}
 	for _, promote := range []bool{false, true} {
 		var st *shard.Store
@@ -122,4 +114,22 @@ func fillFar(ctx context.Context, st *shard.Store, n int, base time.Time, span t
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// loadRate is load (a fraction) of the shared-core limit at claim batch
+// k, measured now (or of the per-server limit when the shared one is not
+// known, or of -limit when given): the rate of a scenario's steady load.
+func (b *bench) loadRate(ctx context.Context, k int, load float64) (float64, error) {
+	near, err := b.nearCeilings(ctx, k)
+	if err != nil {
+		return 0, err
+	}
+	limit := near.sharedLimit(k)
+	if limit == 0 {
+		limit = near.limit(k)
+	}
+	if b.c.fixedLimit > 0 {
+		limit = b.c.fixedLimit
+	}
+	return load * limit, nil
 }

@@ -38,18 +38,10 @@ const (
 
 func (b *bench) move(ctx context.Context) error {
 	k := b.c.batches[0]
-	near, err := b.nearCeilings(ctx, k)
+	rate, err := b.loadRate(ctx, k, moveBenchLoad)
 	if err != nil {
 		return err
 	}
-	limit := near.sharedLimit(k)
-	if limit == 0 {
-		limit = near.limit(k)
-	}
-	if b.c.fixedLimit > 0 {
-		limit = b.c.fixedLimit
-	}
-	rate := moveBenchLoad * limit
 	res := &moveResult{Backlog: b.c.backlog, Rate: moveBenchRate}
 	b.res.Move = res
 	for round := range b.c.rounds {

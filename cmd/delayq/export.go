@@ -99,51 +99,29 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		defer f.Close()
 		w = f
 	}
-	bw := bufio.NewWriterSize(w, 256<<10)
+	out := newExportSink(e, w)
 	switch {
 	case o.schedules:
-		return exportSchedules(ctx, e, st, bw)
+		return exportSchedules(ctx, e, st, out)
 	case o.dead:
-		return exportDead(ctx, e, st, n, deadCur, bw)
+		return exportDead(ctx, e, st, n, deadCur, out)
 	}
-	var bar *progress
-	if isTerminal(e.stderr) {
-		bar = &progress{w: e.stderr, start: time.Now(), noun: "exported"}
-	}
-	written, occurrences, corrupt := 0, 0, 0
+	occurrences := 0
 	last := cur
 	err = st.Export(ctx, n, cur, exportPage, func(x shard.Exported) error {
-		switch {
-		case errors.Is(x.Err, shard.ErrOccurrence):
+		if errors.Is(x.Err, shard.ErrOccurrence) {
 			occurrences++
-		case x.Err != nil:
-			corrupt++
-			if bar != nil {
-				bar.done()
-			}
-			fmt.Fprintf(e.stderr, "delayq export: left out: %v\n", x.Err)
-		default:
-			if _, err := bw.Write(x.Line); err != nil {
-				return err
-			}
-			written++
+		} else if err := out.line(x.Line, x.Err); err != nil {
+			return err // the cursor stays before it
 		}
 		last = x.Next
-		if bar != nil {
-			bar.update(written, 0)
-		}
 		return nil
 	})
-	if ferr := bw.Flush(); err == nil {
-		err = ferr
-	}
-	if bar != nil {
-		bar.done()
-	}
-	if err != nil {
-		fmt.Fprintf(e.stderr, "delayq export: stopped after %d messages; to go on: delayq export --after '%s'\n", written, last)
+	if err = out.finish(err); err != nil {
+		fmt.Fprintf(e.stderr, "delayq export: stopped after %d messages; to go on: delayq export --after '%s'\n", out.written, last)
 		return e.fail("export", err)
 	}
+	written, corrupt := out.written, out.corrupt
 	fmt.Fprintf(e.stderr, "delayq export: %d messages exported from %d shards", written, n)
 	if occurrences > 0 {
 		fmt.Fprintf(e.stderr, "; %d occurrences of recurring schedules left out (their schedules make them)", occurrences)
@@ -154,4 +132,53 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// exportSink writes an export's lines through a buffer, with a progress
+// line on a terminal, and names on stderr what it leaves out.
+type exportSink struct {
+	e                *env
+	bw               *bufio.Writer
+	bar              *progress
+	written, corrupt int
+}
+
+func newExportSink(e *env, w io.Writer) *exportSink {
+	s := &exportSink{e: e, bw: bufio.NewWriterSize(w, 256<<10)}
+	if isTerminal(e.stderr) {
+		s.bar = &progress{w: e.stderr, start: time.Now(), noun: "exported"}
+	}
+	return s
+}
+
+// line writes one line, or names why a message has none (left out).
+func (s *exportSink) line(line []byte, why error) error {
+	if why != nil {
+		s.corrupt++
+		if s.bar != nil {
+			s.bar.done()
+		}
+		fmt.Fprintf(s.e.stderr, "delayq export: left out: %v\n", why)
+		return nil
+	}
+	if _, err := s.bw.Write(line); err != nil {
+		return err
+	}
+	s.written++
+	if s.bar != nil {
+		s.bar.update(s.written, 0)
+	}
+	return nil
+}
+
+// finish flushes what is buffered and ends the progress line; it returns
+// err, the walk's, or else the flush's.
+func (s *exportSink) finish(err error) error {
+	if ferr := s.bw.Flush(); err == nil {
+		err = ferr
+	}
+	if s.bar != nil {
+		s.bar.done()
+	}
+	return err
 }
