@@ -594,6 +594,14 @@
 //     refuses one; quotas after them, since a quota set first would count
 //     the move's copies against its rate, while one set after is adopted
 //     by the target's scanners, which count what arrived.
+//   - Paced (MoveOptions.Pace, delayq move --rate): the wait comes before
+//     a due-set batch is read, so it never brings what the batch copies
+//     within the margin; a far batch waits after its bucket was read,
+//     which is safe because a far record is published only once promoted,
+//     and promotion fails the removal's check.
+//   - A mover cut short shows: its journals, which a running move keeps
+//     for the moments of a batch, age (MoveJournalAge: the scanners'
+//     delayq_move_journal_age_seconds, alert DelayqMoveCutShort).
 //   - Refused before anything is copied: a target whose policy can evict,
 //     which is over 80 % of its maxmemory, or whose namespace records
 //     another M than asked (from Consul, or pinned by its producers). A
