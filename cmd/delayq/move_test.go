@@ -434,6 +434,17 @@ func TestLiveMoveToClusterAtScale(t *testing.T) {
 	dups := w.waitDelivered(want, 150*time.Second)
 	shardtest.WaitFor(t, 30*time.Second, func() bool { return time.Now().UnixMilli() > last+2000 },
 		func() string { return "the last due time did not pass" })
+	// The operations guide's sign that the source's fleet may stop.
+	var stats struct {
+		Total struct {
+			Scheduled int64 `json:"scheduled"`
+			InFlight  int64 `json:"in_flight"`
+		} `json:"total"`
+	}
+	must(t, json.Unmarshal([]byte(w.succeed("", "stats", "--json")), &stats))
+	if stats.Total.Scheduled != 0 || stats.Total.InFlight != 0 {
+		t.Errorf("the source holds %d scheduled and %d in flight after every message arrived, want none", stats.Total.Scheduled, stats.Total.InFlight)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	mu.Lock()
