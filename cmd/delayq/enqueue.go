@@ -262,7 +262,8 @@ func enqueueFile(ctx context.Context, e *env, o *enqueueOpts) int {
 	}
 	// The next batch is parsed while the last one is in Redis (parse is
 	// most of the CPU of a line with typed headers); one batch is in
-	// flight at a time, as before. Returning ends the parser (cancel).
+	// flight at a time, as before. Returning ends the parser (cancel) at
+	// its next batch; one blocked reading its input ends with the process.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for b := range parseBatches(ctx, shard.NewLineReader(r, e.cfg.MaxBody), o.batch) {
