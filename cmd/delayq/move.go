@@ -15,7 +15,7 @@ import (
 
 func moveCommand() command {
 	return command{name: "move", args: "--to-redis ADDRS [--to-namespace NS] [--to-shards M] [--keep 30s] [--rate N] [--passes N]",
-		summary: "move the scheduled messages, schedules and dead to another Redis or namespace while both fleets run", run: runMove,
+		summary: "move the scheduled messages, schedules, dead and settings to another Redis or namespace while both fleets run", run: runMove,
 		flags: func() *flag.FlagSet { fs, _ := moveFlags(); return fs }}
 }
 
