@@ -47,7 +47,6 @@ func (j *deadJSON) stateOf(template, timed bool) (*DeadState, error) {
 // reads it back into the dead set), or Err when its envelope cannot be
 // read; Next is the cursor after it.
 type ExportedDead struct {
-	ID   string
 	Line []byte
 	Err  error
 	Next DeadCursor
@@ -65,7 +64,7 @@ func (s *Store) ExportDead(ctx context.Context, shards int, after DeadCursor, n 
 		}
 		var stop error // fn's: no more calls after it
 		err = s.readDead(ctx, page, func(d Dead, line []byte, err error) {
-			x := ExportedDead{ID: d.ID, Line: line, Next: DeadCursor{SinceMs: d.Since.UnixMilli(), ID: d.ID}}
+			x := ExportedDead{Line: line, Next: DeadCursor{SinceMs: d.Since.UnixMilli(), ID: d.ID}}
 			if err != nil {
 				x.Err = fmt.Errorf("export dead %q in shard %d: %w", d.ID, d.Shard, err)
 			}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
@@ -20,19 +22,8 @@ import (
 // within the margin stays on the source; every other message is on the
 // target as it was.
 func TestMovePageRacesTheSource(t *testing.T) {
-	shardtest.Require(t, srvErr)
-	t.Parallel()
 	ctx := t.Context()
-	rdb := srv.Client(t)
-	ns := shardtest.Namespace(t)
-	src, err := shard.NewStore(rdb, ns+"-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := shard.NewStore(rdb, ns+"-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, src, dst := moveStores(t)
 	from := shard.NewProducer(src, fixed(4), shard.ProducerOptions{})
 	to := shard.NewProducer(dst, fixed(4), shard.ProducerOptions{})
 	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -155,19 +146,8 @@ func TestMovePageRacesTheSource(t *testing.T) {
 // stay, once each; one cancelled on the source since is cancelled on the
 // target, one rescheduled since goes at its new time.
 func TestMoveFinishesAKilledBatch(t *testing.T) {
-	shardtest.Require(t, srvErr)
-	t.Parallel()
 	ctx := t.Context()
-	rdb := srv.Client(t)
-	ns := shardtest.Namespace(t)
-	src, err := shard.NewStore(rdb, ns+"-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := shard.NewStore(rdb, ns+"-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, src, dst := moveStores(t)
 	from := shard.NewProducer(src, fixed(1), shard.ProducerOptions{})
 	to := shard.NewProducer(dst, fixed(1), shard.ProducerOptions{})
 	var msgs []shard.Message
@@ -235,19 +215,8 @@ func TestMoveFinishesAKilledBatch(t *testing.T) {
 // and removal is finished from the journal, its far ids found far; an
 // occurrence of a schedule is left to the source, counted.
 func TestMoveTakesTheFarTier(t *testing.T) {
-	shardtest.Require(t, srvErr)
-	t.Parallel()
 	ctx := t.Context()
-	rdb := srv.Client(t)
-	ns := shardtest.Namespace(t)
-	src, err := shard.NewStore(rdb, ns+"-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := shard.NewStore(rdb, ns+"-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, src, dst := moveStores(t)
 	for _, st := range []*shard.Store{src, dst} {
 		if err := st.EnableFar(ctx, shard.FarSettings{Horizon: 10 * time.Minute, BucketWidth: 10 * time.Minute, IndexSlots: 16, Since: 1}); err != nil {
 			t.Fatal(err)
@@ -337,4 +306,23 @@ func TestMoveTakesTheFarTier(t *testing.T) {
 	if n, _ := rdb.Exists(ctx, shard.MoveJournalKey(src.Namespace(), 0)).Result(); n != 0 {
 		t.Errorf("the journal is still there")
 	}
+}
+
+// moveStores is a parallel test's Redis client and two stores of it, the
+// source and the target of a move: two namespaces of the test.
+func moveStores(t *testing.T) (*redis.Client, *shard.Store, *shard.Store) {
+	t.Helper()
+	shardtest.Require(t, srvErr)
+	t.Parallel()
+	rdb := srv.Client(t)
+	ns := shardtest.Namespace(t)
+	src, err := shard.NewStore(rdb, ns+"-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := shard.NewStore(rdb, ns+"-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb, src, dst
 }

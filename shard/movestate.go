@@ -37,7 +37,9 @@ const StepMoveScheduleCopied = "schedule-copied"
 
 // MoveScheduleJournalKey is shard i's journal of the schedules the move
 // copied and has not handed over yet: a HASH of their names, in the slot
-// of their schedule keys.
+// of their schedule keys. The handover deletes a name (and a schedule
+// changed meanwhile has it deleted); what a mover cut short leaves goes
+// with the HASH's TTL, 24 h after its last write (moveJournalTTL).
 func MoveScheduleJournalKey(ns string, i int) string {
 	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:movejournal:schedules"
 }

@@ -181,6 +181,16 @@ func (w *world) delayq(stdin string, args ...string) (stdout, stderr string, cod
 	return o.String(), e.String(), code
 }
 
+// sibling is another world beside w: namespace w.ns+suffix (w's own when
+// suffix is empty), w's exchange, w's environment with extraEnv on top
+// (a later setting wins), and deliveries of its own.
+func (w *world) sibling(suffix string, extraEnv ...string) *world {
+	o := &world{t: w.t, ns: w.ns + suffix, exchange: w.exchange, got: map[string][]received{}}
+	o.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+o.ns)
+	o.env = append(o.env, extraEnv...)
+	return o
+}
+
 // succeed runs the binary to completion and returns its stdout; any exit
 // but 0 fails the test.
 func (w *world) succeed(stdin string, args ...string) string {

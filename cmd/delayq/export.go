@@ -121,14 +121,13 @@ func runExport(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "delayq export: stopped after %d messages; to go on: delayq export --after '%s'\n", out.written, last)
 		return e.fail("export", err)
 	}
-	written, corrupt := out.written, out.corrupt
-	fmt.Fprintf(e.stderr, "delayq export: %d messages exported from %d shards", written, n)
+	fmt.Fprintf(e.stderr, "delayq export: %d messages exported from %d shards", out.written, n)
 	if occurrences > 0 {
 		fmt.Fprintf(e.stderr, "; %d occurrences of recurring schedules left out (their schedules make them)", occurrences)
 	}
 	fmt.Fprintln(e.stderr)
-	if corrupt > 0 {
-		fmt.Fprintf(e.stderr, "delayq export: %d messages left out: their envelopes cannot be read (named above)\n", corrupt)
+	if out.corrupt > 0 {
+		fmt.Fprintf(e.stderr, "delayq export: %d messages left out: their envelopes cannot be read (named above)\n", out.corrupt)
 		return exitFail
 	}
 	return exitOK

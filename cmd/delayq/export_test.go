@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,8 +96,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if code != 0 || !strings.Contains(e, fmt.Sprintf("%d messages exported from 8 shards", n)) {
 		t.Fatalf("export: exit %d %s", code, e)
 	}
-	to := &world{t: t, ns: w.ns + "-to", got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	to := w.sibling("-to")
 	lines, err := os.ReadFile(first)
 	must(t, err)
 	start = time.Now()
@@ -128,8 +126,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	c, err := shardtest.StartCluster(3, shardtest.RedisOptions{})
 	shardtest.Require(t, err)
 	t.Cleanup(c.Close)
-	onCluster := &world{t: t, ns: w.ns + "-cluster", got: map[string][]received{}}
-	onCluster.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+onCluster.ns, "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
+	onCluster := w.sibling("-cluster", "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
 	if out, e, code := onCluster.delayq(string(lines), "enqueue", "-f", "-"); code != 0 ||
 		!strings.Contains(out, fmt.Sprintf("enqueued %d, duplicates 0, rejected 0", n)) {
 		t.Fatalf("enqueue -f into the cluster: exit %d %s %s", code, out, e)
@@ -173,8 +170,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 func TestExportSchedulesAndDead(t *testing.T) {
 	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=1")
 	w.consume()
-	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: w.got}
-	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	to := w.sibling("-to")
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })

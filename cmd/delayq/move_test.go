@@ -32,8 +32,7 @@ import (
 func TestLiveMoveBetweenNamespaces(t *testing.T) {
 	w := newWorld(t, 4)
 	w.consume()
-	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	to := w.sibling("-to")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -92,8 +91,7 @@ func TestLiveMoveBetweenNamespaces(t *testing.T) {
 	// the last one left on both sides first.
 	move := []string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4"}
 	for _, at := range []string{"copied:3", "copied:2"} {
-		killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
-		killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT="+at)
+		killed := w.sibling("", "DELAYQ_TEST_KILL_AT="+at)
 		if _, e, code := killed.delayq("", move...); code != -1 {
 			t.Fatalf("a mover to be killed at %s: exit %d %s", at, code, e)
 		}
@@ -231,8 +229,7 @@ func TestMoveRefusesATarget(t *testing.T) {
 		t.Fatalf("move to a target filling up: exit %d %s %s, want 1 saying the target is full", code, out, e)
 	}
 	t.Logf("move to a target filling up: %s", strings.TrimSpace(out))
-	to := &world{t: t, ns: w.ns, got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_REDIS_ADDRS="+small.Addr)
+	to := w.sibling("", "DELAYQ_REDIS_ADDRS="+small.Addr)
 	left, moved := exported(w), exported(to)
 	if len(moved) == 0 || len(left) == 0 || len(left)+len(moved) != 2000 {
 		t.Errorf("after the target filled up: %d on the source and %d on the target, want some on each, 2000 in all", len(left), len(moved))
@@ -269,8 +266,7 @@ func TestLiveMoveToClusterAtScale(t *testing.T) {
 	t.Cleanup(c.Close)
 	w := newWorld(t, m)
 	w.consume()
-	to := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
+	to := w.sibling("", "DELAYQ_REDIS_ADDRS="+strings.Join(c.Addrs, ","))
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -398,8 +394,7 @@ func TestLiveMoveToClusterAtScale(t *testing.T) {
 	})
 	move := []string{"move", "--to-redis", strings.Join(c.Addrs, ","), "--keep", "5s", "--to-shards", strconv.Itoa(m)}
 	for _, at := range []string{"copied:30", "copied:100"} {
-		killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
-		killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT="+at)
+		killed := w.sibling("", "DELAYQ_TEST_KILL_AT="+at)
 		if _, e, code := killed.delayq("", move...); code != -1 {
 			t.Fatalf("a mover to be killed at %s: exit %d %s", at, code, e)
 		}
@@ -486,8 +481,7 @@ func TestLiveMoveToClusterAtScale(t *testing.T) {
 func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 	w := newWorld(t, 4, "DELAYQ_MAX_REFUSALS=1")
 	w.consume()
-	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	to := w.sibling("-to")
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -518,8 +512,7 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 	}
 
 	move := []string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4"}
-	killed := &world{t: t, ns: w.ns, exchange: w.exchange, got: map[string][]received{}}
-	killed.env = append(slices.Clone(w.env), "DELAYQ_TEST_KILL_AT=schedule-copied:2")
+	killed := w.sibling("", "DELAYQ_TEST_KILL_AT=schedule-copied:2")
 	windowFrom := time.Now()
 	if _, e, code := killed.delayq("", move...); code != -1 {
 		t.Fatalf("a mover to be killed at its second schedule's handover: exit %d %s", code, e)
@@ -590,8 +583,7 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 // the target has it.
 func TestLiveMoveTakesTheSettings(t *testing.T) {
 	w := newWorld(t, 4)
-	to := &world{t: t, ns: w.ns + "-to", exchange: w.exchange, got: map[string][]received{}}
-	to.env = append(slices.Clone(w.env), "DELAYQ_NAMESPACE="+to.ns)
+	to := w.sibling("-to")
 	w.succeed("", "flow", "limit", "billing.x", "50", "--burst", "10")
 	w.succeed("", "flow", "pause", "mail.x")
 	w.succeed("", "flow", "limit", "sms.x", "5")
