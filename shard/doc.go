@@ -609,8 +609,13 @@
 //   - Dead messages move a page at a time (MoveDeadPage): copied into the
 //     target's dead sets, removed from the source if still dead since the
 //     time read; the copy of one redriven or purged meanwhile is purged.
-//     No journal: a killed move leaves a page dead on both sides, and the
-//     rerun finds them on the target and removes the source's.
+//     The page's ids and times are in their shards' dead journals from
+//     before the copy to after the removal. A rerun settles a killed
+//     move's journals before any message moves: the copy of one redriven,
+//     purged or dead again since is purged from the target (a redriven one
+//     then moves as scheduled, instead of meeting its dead copy there and
+//     being taken for a duplicate); one still as copied is found on the
+//     target by the dead pass, which removes the source's.
 //   - Settings set at runtime go too (movesettings.go), each the target
 //     does not have (its own stays): flow limits and pauses, release
 //     classes and the far tier's settings before the messages, since none

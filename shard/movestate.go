@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -215,16 +217,32 @@ end
 return out
 `)
 
+// StepMoveDeadCopied is the step between a page of dead messages' copy to
+// the target and their removal from the source (MoveOptions.AtStep).
+const StepMoveDeadCopied = "dead-copied"
+
+// MoveDeadJournalKey is shard i's journal of the dead messages the move
+// copied and has not removed from the source yet: a STRING of lines
+// "<id>\t<since ms>" (an id holds no control character), written before
+// the copy and deleted after the removal, with moveJournalTTL.
+func MoveDeadJournalKey(ns string, i int) string {
+	return "delayq:{" + ns + ":" + strconv.Itoa(i) + "}:movejournal:dead"
+}
+
 // MoveDeadPage moves the next n dead messages of shards [0, shards) after
 // the cursor to the target's dead sets (deduped by id: one the target has
 // stays as the target has it), then removes each from the source if it
 // is still dead since the time read; the copy of one redriven, purged or
-// replaced meanwhile is purged. A move killed between the copy and the
-// removal leaves that page dead on both sides: the rerun finds them on
-// the target and removes the source's. It returns the cursor after the
-// page and whether more may follow.
-func (s *Store) MoveDeadPage(ctx context.Context, shards int, after DeadCursor, n int, to *Producer) (StateMoveResult, DeadCursor, bool, error) {
-	var r StateMoveResult
+// replaced meanwhile is purged. The page's ids are in their shards'
+// journals (MoveDeadJournalKey) from before the copy until after the
+// removal; it settles the journals a killed move left first
+// (SettleDeadJournals). It returns the cursor after the page and whether
+// more may follow.
+func (s *Store) MoveDeadPage(ctx context.Context, shards int, after DeadCursor, n int, to *Producer, o MoveOptions) (StateMoveResult, DeadCursor, bool, error) {
+	r, err := s.SettleDeadJournals(ctx, shards, to)
+	if err != nil {
+		return r, after, false, err
+	}
 	page, next, more, err := s.DeadPage(ctx, shards, after, n)
 	if err != nil || len(page) == 0 {
 		return r, after, false, err
@@ -245,9 +263,26 @@ func (s *Store) MoveDeadPage(ctx context.Context, shards int, after DeadCursor, 
 	if err != nil || len(msgs) == 0 {
 		return r, next, more, err
 	}
+	journal := map[int][]string{}
+	for _, d := range from {
+		journal[d.Shard] = append(journal[d.Shard], d.ID+"\t"+strconv.FormatInt(d.Since.UnixMilli(), 10))
+	}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for sh, lines := range journal {
+			p.Set(ctx, MoveDeadJournalKey(s.ns, sh), strings.Join(lines, "\n"), moveJournalTTL)
+		}
+		return nil
+	}); err != nil {
+		return r, after, false, fmt.Errorf("move dead messages: write the journals: %w", err)
+	}
 	res, err := to.EnqueueBatch(ctx, msgs)
 	if err != nil && !IsRedisFull(err) {
+		// Not known which copies were made: the journals stay, and the
+		// next page settles them.
 		return r, after, false, fmt.Errorf("move dead messages: copy to the target: %w", err)
+	}
+	if o.AtStep != nil {
+		o.AtStep(StepMoveDeadCopied)
 	}
 	byShard := map[int][]int{}
 	made := make([]bool, len(msgs))
@@ -298,10 +333,92 @@ func (s *Store) MoveDeadPage(ctx context.Context, shards int, after DeadCursor, 
 			}
 		}
 	}
+	if err := s.endDeadJournals(ctx, slices.Collect(maps.Keys(journal))); err != nil {
+		return r, after, false, err
+	}
 	if full != nil {
 		return r, after, false, fmt.Errorf("move dead messages: the target is full, what it refused stays on the source: %w", full)
 	}
 	return r, next, more, nil
+}
+
+// SettleDeadJournals ends the journals of dead messages that a move cut
+// short left in shards [0, shards): each id is dead on both sides, or was
+// redriven or purged on the source after its copy. The copy of one no
+// longer dead on the source since the time read (redriven, purged, or
+// dead again since) is purged from the target, and counted as changed;
+// one still as read is left to the next page, which finds it on the
+// target and removes the source's. A move runs it before any message, so
+// that a message redriven on the source goes over as scheduled rather than
+// meeting its dead copy on the target (which would take it for a
+// duplicate). One round trip when there is no journal.
+func (s *Store) SettleDeadJournals(ctx context.Context, shards int, to *Producer) (StateMoveResult, error) {
+	var r StateMoveResult
+	gets := make([]*redis.StringCmd, shards)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range shards {
+			gets[i] = p.Get(ctx, MoveDeadJournalKey(s.ns, i))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return r, fmt.Errorf("move dead messages: read the journals: %w", err)
+	}
+	var ended []int
+	for i, g := range gets {
+		v, err := g.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return r, fmt.Errorf("move dead messages: read shard %d's journal: %w", i, err)
+		}
+		var ids []string
+		var since []int64
+		for _, line := range strings.Split(v, "\n") {
+			id, ms, ok := strings.Cut(line, "\t")
+			n, err := strconv.ParseInt(ms, 10, 64)
+			if !ok || err != nil {
+				return r, fmt.Errorf("move dead messages: shard %d's journal %s: line %q is not <id>\\t<since ms>", i, MoveDeadJournalKey(s.ns, i), line)
+			}
+			ids, since = append(ids, id), append(since, n)
+		}
+		now, err := s.rdb.ZMScore(ctx, ShardKeys(s.ns, i).Dead, ids...).Result()
+		if err != nil {
+			return r, fmt.Errorf("move dead messages: shard %d's journal: read its dead set: %w", i, err)
+		}
+		for j, id := range ids {
+			if int64(now[j]) == since[j] {
+				continue // still as copied: the next page moves it
+			}
+			if err := to.Purge(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+				return r, fmt.Errorf("move dead %q: changed on the source after a killed move copied it; its copy: %w", id, err)
+			}
+			r.Changed++
+		}
+		ended = append(ended, i)
+	}
+	return r, s.endDeadJournals(ctx, ended)
+}
+
+// endDeadJournals deletes the dead journals of shards.
+func (s *Store) endDeadJournals(ctx context.Context, shards []int) error {
+	if len(shards) == 0 {
+		return nil
+	}
+	keys := make([]string, len(shards))
+	for k, i := range shards {
+		keys[k] = MoveDeadJournalKey(s.ns, i)
+	}
+	// One DEL a key: in Redis Cluster each shard's journal is in its own slot.
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("move dead messages: end the journals: %w", err)
+	}
+	return nil
 }
 
 // readDead reads the envelope and deliveries of each dead message of page
@@ -337,16 +454,16 @@ func (s *Store) readDead(ctx context.Context, page []Dead, fn func(d Dead, line 
 }
 
 // MoveJournalAge returns how long the oldest journal of a move in shards
-// [0, m) has waited (0: none): a message batch or schedule a mover copied
-// and did not finish. A running move's journals live for the moments of a
-// batch; one that ages was left by a mover cut short, and its batch is on
-// both sides until the move runs again. One pipelined round trip, two
-// PTTLs a shard.
+// [0, m) has waited (0: none): a message batch, schedule or page of dead
+// messages a mover copied and did not finish. A running move's journals
+// live for the moments of a batch; one that ages was left by a mover cut
+// short, and its batch is on both sides until the move runs again. One
+// pipelined round trip, three PTTLs a shard.
 func (s *Store) MoveJournalAge(ctx context.Context, m int) (time.Duration, error) {
-	cmds := make([]*redis.DurationCmd, 0, 2*m)
+	cmds := make([]*redis.DurationCmd, 0, 3*m)
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range m {
-			cmds = append(cmds, p.PTTL(ctx, MoveJournalKey(s.ns, i)), p.PTTL(ctx, MoveScheduleJournalKey(s.ns, i)))
+			cmds = append(cmds, p.PTTL(ctx, MoveJournalKey(s.ns, i)), p.PTTL(ctx, MoveScheduleJournalKey(s.ns, i)), p.PTTL(ctx, MoveDeadJournalKey(s.ns, i)))
 		}
 		return nil
 	}); err != nil {

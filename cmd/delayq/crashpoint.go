@@ -20,8 +20,10 @@ import (
 // serve) the n-th time a quota'd enqueue has reserved room (step
 // "reserved") or stored its messages (step "stored", the reservation not
 // yet settled), and `delayq move` the n-th time a batch is copied to the
-// target and not yet removed from the source (step "copied") or a
-// schedule is copied and not yet handed over (step "schedule-copied"), so that the
+// target and not yet removed from the source (step "copied"), a
+// schedule is copied and not yet handed over (step "schedule-copied") or
+// a page of dead messages is copied and not yet removed (step
+// "dead-copied"), so that the
 // crash tests can kill
 // the process at each line between a write and the next. It is not in the
 // Config table: nothing but the tests should set it.

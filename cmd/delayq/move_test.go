@@ -576,6 +576,85 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 	t.Logf("tick: %d occurrences, each published once", len(nominal))
 }
 
+// TestLiveMoveDeadSurvivesAKill: the mover SIGKILLed between a page of
+// dead messages' copy and their removal from the source, then, before the
+// rerun, one of them redriven on the source and one purged there. The
+// rerun finds the others on the target and removes them from the source,
+// and purges the copies of the two from the target: each message ends on
+// one side, as the source left it (the redriven one scheduled there, due
+// within --keep, for the source's fleet).
+func TestLiveMoveDeadSurvivesAKill(t *testing.T) {
+	w := newWorld(t, 4)
+	to := w.sibling("-to")
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	dst, err := shard.NewStore(rdb, to.ns)
+	must(t, err)
+	var in strings.Builder
+	since := time.Now().Add(-time.Hour).UnixMilli()
+	for j := range 30 {
+		fmt.Fprintf(&in, `{"id":"dead-%02d","topic":"t","body":"b%d","dead":{"since_ms":%d,"reason":"NO_ROUTE"}}`+"\n", j, j, since+int64(j))
+	}
+	w.succeed(in.String(), "enqueue", "-f", "-")
+	dead := func(st *shard.Store) map[string]bool {
+		t.Helper()
+		ds, err := st.DeadList(ctx, 4, 100)
+		must(t, err)
+		ids := map[string]bool{}
+		for _, d := range ds {
+			ids[d.ID] = true
+		}
+		return ids
+	}
+
+	move := []string{"move", "--to-redis", redisSrv.Addr, "--to-namespace", to.ns, "--keep", "5s", "--to-shards", "4"}
+	killed := w.sibling("", "DELAYQ_TEST_KILL_AT=dead-copied:1")
+	if _, e, code := killed.delayq("", move...); code != -1 {
+		t.Fatalf("a mover to be killed after its first page of dead messages is copied: exit %d %s", code, e)
+	}
+	if s, d := dead(src), dead(dst); len(s) != 30 || len(d) != 30 {
+		t.Fatalf("after the kill: %d dead on the source and %d on the target, want 30 on both", len(s), len(d))
+	}
+	journals := 0
+	for i := range 4 {
+		n, err := rdb.Exists(ctx, shard.MoveDeadJournalKey(w.ns, i)).Result()
+		must(t, err)
+		journals += int(n)
+	}
+	if journals == 0 {
+		t.Fatal("the killed mover left no dead journal")
+	}
+	w.succeed("", "dead", "redrive", "dead-03")
+	w.succeed("", "dead", "purge", "dead-07")
+
+	out := w.succeed("", move...)
+	t.Logf("move: %s", strings.Join(strings.Fields(out), " "))
+	if !strings.Contains(out, "dead: moved 0, there already 28, changed on the source meanwhile 2") {
+		t.Errorf("move: %s\nwant the 28 found on the target, and the 2 changed on the source", out)
+	}
+	if s := dead(src); len(s) != 0 {
+		t.Errorf("dead left on the source: %v", s)
+	}
+	d := dead(dst)
+	if len(d) != 28 || d["dead-03"] || d["dead-07"] {
+		t.Errorf("dead on the target: %d %v, want the 28 others", len(d), d)
+	}
+	if out := w.succeed("", "inspect", "dead-03"); !strings.Contains(out, "scheduled") {
+		t.Errorf("the redriven message on the source:\n%s", out)
+	}
+	if _, _, code := to.delayq("", "inspect", "dead-03"); code == 0 {
+		t.Error("the redriven message has a copy on the target too")
+	}
+	for i := range 4 {
+		if n, err := rdb.Exists(ctx, shard.MoveDeadJournalKey(w.ns, i)).Result(); err != nil || n != 0 {
+			t.Errorf("shard %d's dead journal is still there (%d, %v)", i, n, err)
+		}
+	}
+}
+
 // TestLiveMoveTakesTheSettings: the move copies what operators set at
 // runtime: flow limits and pauses, release classes and the far tier's
 // settings before the messages, quotas after them (the target's scanner
