@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -370,5 +371,39 @@ func deliverAsEnqueued(t *testing.T, w *world, n int, base time.Time) {
 	}
 	if bad > 0 {
 		t.Errorf("%d of %d not as enqueued", bad, n)
+	}
+}
+
+// TestConsoleExport: in Chromium, the console's Export page links the
+// three downloads, and each gives the bytes delayq export writes (the
+// scheduled messages with typed headers, a schedule with its state, a
+// dead message with its reason).
+func TestConsoleExport(t *testing.T) {
+	w := newWorld(t, 4)
+	ctx := browser(t)
+	var in strings.Builder
+	for j := range 2500 { // more than a flush of the download
+		fmt.Fprintf(&in, `{"id":"exp-%04d","topic":"t","delay_ms":3600000,"headers":{"n":{"int":%d}},"body":"b%d"}`+"\n", j, j, j)
+	}
+	fmt.Fprintf(&in, `{"id":"gone","topic":"t","body":"x","dead":{"since_ms":%d,"reason":"NO_ROUTE"}}`+"\n", time.Now().Add(-time.Hour).UnixMilli())
+	w.succeed(in.String(), "enqueue", "-f", "-")
+	w.succeed("", "schedule", "set", "nightly", "30 2 * * *", "--topic", "reports")
+	w.succeed("", "schedule", "pause", "nightly")
+	base := w.serve(t)
+	must(t, chromedp.Do(ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), consoleAdmin), chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("totals")), chromedp.Click(chromedp.ID("nav-export")), chromedp.WaitVisible(chromedp.ID("exports"))))
+	for _, c := range []struct{ link, flag string }{{"export-messages", ""}, {"export-schedules", "--schedules"}, {"export-dead", "--dead"}} {
+		args := []string{"export"}
+		if c.flag != "" {
+			args = append(args, c.flag)
+		}
+		want := w.succeed("", args...)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch(document.getElementById("`+c.link+`").href).then(r => r.text())`,
+			chromedp.EvalAwaitPromise))
+		must(t, err)
+		if got != want || want == "" {
+			t.Errorf("%s: the download (%d lines) differs from delayq %s (%d lines)", c.link, strings.Count(got, "\n"), strings.Join(args, " "), strings.Count(want, "\n"))
+		}
 	}
 }

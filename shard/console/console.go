@@ -133,6 +133,8 @@ func New(o Options) (*Console, error) {
 	c.handle("POST /quotas", c.page(httpapi.RoleAdmin, c.quotaAction))
 	c.handle("GET /schedules", c.page(httpapi.RoleRead, c.schedules))
 	c.handle("POST /schedules", c.page(httpapi.RoleOperate, c.scheduleAction))
+	c.handle("GET /export", c.page(httpapi.RoleRead, c.exportPage))
+	c.handle("GET /export/{kind}", c.page(httpapi.RoleRead, c.exportDownload))
 	return c, nil
 }
 

@@ -5,8 +5,12 @@
 // message page (find by id; headers with their AMQP types; cancel or
 // reschedule it), the dead messages (with their reasons; redrive or
 // purge one, a selection or all) and flow control (each limited or paused
-// topic with the backlog it holds back; limit, pause and resume one). Every cancel, redrive, purge and pause asks
-// for a confirmation first.
+// topic with the backlog it holds back; limit, pause and resume one), the
+// recurring schedules, the far tier, release classes, quotas, and the
+// export (the scheduled messages, schedules or dead messages as a JSON
+// Lines download, the lines delayq export writes, streamed through
+// httpapi.API.Export a page at a time). Every cancel, redrive, purge and
+// pause asks for a confirmation first.
 //
 // Pages are rendered on the server (html/template, files embedded in the
 // binary): no CDN, no build step, a few lines of JavaScript only to
@@ -35,8 +39,9 @@
 // its scopes' messages, dead messages, flows, schedules, topics and bulk
 // jobs, and acts only on them, through the same checks as the API
 // (httpapi's readers ending in For, MayAddress, MaySchedule); the
-// namespace's counts stay visible, and the far tier's switch needs a
-// grant without a scope. TestConsoleScopes sends every page and action
+// namespace's counts stay visible, and the far tier's switch and the
+// export need a grant without a scope (an export is every message's
+// body). TestConsoleScopes sends every page and action
 // (Routes) with another team's session.
 // With no tokens configured, nobody signs in and every visitor is an
 // admin (the server then listens on loopback only; httpapi.Guard keeps

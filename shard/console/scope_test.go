@@ -198,6 +198,8 @@ func TestConsoleScopes(t *testing.T) {
 		"POST /far":                  {{"/far", url.Values{"action": {"on"}}, nil}},
 		"GET /schedules":             {{"/schedules", nil, nil}, {"/schedules?name=billing-nightly", nil, []string{"billing-nightly"}}},
 		"POST /schedules":            {{"/schedules", url.Values{"action": {"delete"}, "name": {"billing-nightly"}, "confirm": {"yes"}}, []string{"billing-nightly"}}},
+		"GET /export":                {{"/export", nil, nil}},
+		"GET /export/{kind}":         {{"/export/messages", nil, nil}, {"/export/schedules", nil, nil}, {"/export/dead", nil, nil}},
 	}
 	for _, route := range c.Routes() {
 		if _, ok := requests[route]; !ok {

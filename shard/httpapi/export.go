@@ -41,38 +41,18 @@ func (a *API) export(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	ctx := r.Context()
+	kind := q.Get("kind")
+	if kind == "schedules" && q.Get("after") != "" {
+		problem(w, http.StatusBadRequest, "invalid after", "the schedules are exported whole, on one page", "after")
+		return
+	}
 	var page bytes.Buffer
-	lines, next, err := 0, "", error(nil)
-	full := func(line []byte) bool {
+	lines := 0
+	next, err := a.Export(r.Context(), kind, q.Get("after"), func(line []byte) bool {
 		page.Write(line)
 		lines++
 		return lines >= limit || page.Len() >= MaxExportPage
-	}
-	switch kind := q.Get("kind"); kind {
-	case "", "messages":
-		next, err = a.exportMessages(ctx, q.Get("after"), full)
-	case "dead":
-		next, err = a.exportDead(ctx, q.Get("after"), full)
-	case "schedules":
-		if q.Get("after") != "" {
-			problem(w, http.StatusBadRequest, "invalid after", "the schedules are exported whole, on one page", "after")
-			return
-		}
-		var infos []shard.ScheduleInfo
-		if infos, err = a.o.Store.Schedules(ctx); err == nil {
-			var line []byte
-			for j := range infos {
-				if line, err = shard.AppendScheduleLine(line[:0], &infos[j]); err != nil {
-					break
-				}
-				page.Write(line)
-			}
-		}
-	default:
-		problem(w, http.StatusBadRequest, "invalid kind", fmt.Sprintf("%q, want messages, schedules or dead", kind), "kind")
-		return
-	}
+	})
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -83,6 +63,36 @@ func (a *API) export(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(page.Bytes())
+}
+
+// Export hands line, one line at a time, what a page of GET /v1/export
+// of kind ("messages" or "", "schedules", "dead") after the cursor holds,
+// until line says the page is full, and returns the cursor after the
+// page ("" at the end): what the endpoint and the console's export
+// download run. The schedules come whole, whatever line says. An unknown
+// kind or a bad cursor is an *shard.InvalidError. The caller checks the
+// caller may read the whole namespace.
+func (a *API) Export(ctx context.Context, kind, after string, line func([]byte) bool) (string, error) {
+	switch kind {
+	case "", "messages":
+		return a.exportMessages(ctx, after, line)
+	case "dead":
+		return a.exportDead(ctx, after, line)
+	case "schedules":
+		infos, err := a.o.Store.Schedules(ctx)
+		if err != nil {
+			return "", err
+		}
+		var b []byte
+		for j := range infos {
+			if b, err = shard.AppendScheduleLine(b[:0], &infos[j]); err != nil {
+				return "", err
+			}
+			line(b)
+		}
+		return "", nil
+	}
+	return "", &shard.InvalidError{Field: "kind", Reason: fmt.Sprintf("%q, want messages, schedules or dead", kind)}
 }
 
 // exportMessages fills a page with the scheduled messages after the
