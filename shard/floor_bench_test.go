@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/shard"
 	"github.com/delayq/delayq/shard/shardtest"
 )
 
@@ -39,6 +40,10 @@ import (
 // reports its µs of Redis CPU a message. None of them checks tombstones,
 // the shard's cap, a bucket's seal, the due time by Redis's clock, or
 // keeps the directory: the tier's scripts do, on top of these floors.
+// Beside them, in the same turns, the real thing: Producer.EnqueueBatch
+// of the same 496 messages near (real-near), far in one bucket
+// (real-far1) and far over 60 buckets (real-spread), as ratios to
+// real-near.
 func BenchmarkPlacementFloor(b *testing.B) {
 	shardtest.Require(b, srvErr)
 	rdb := srv.Client(b)
@@ -52,6 +57,15 @@ func BenchmarkPlacementFloor(b *testing.B) {
 	const shards, slots, per, buckets, sortEvery = 16, 256, 31, 30, 2000
 	modes := []string{"near", "far1", "spread", "inbox"}
 	var spent [4]time.Duration
+	st, err := shard.NewStore(rdb, ns+"-real")
+	if err != nil {
+		b.Fatal(err)
+	}
+	producers := []*shard.Producer{shard.NewProducer(st, fixed(16), shard.ProducerOptions{}),
+		shard.NewProducer(farStore(b, rdb, "-real-far1"), fixed(16), shard.ProducerOptions{}),
+		shard.NewProducer(farStore(b, rdb, "-real-spread"), fixed(16), shard.ProducerOptions{})}
+	var realSpent [3]time.Duration
+	batch := make([]shard.Message, shards*per)
 	var sorting time.Duration
 	inbox := make([][]int, shards) // the bucket of each record in shard s's inbox
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -104,6 +118,29 @@ func BenchmarkPlacementFloor(b *testing.B) {
 			}
 			spent[m] += redisCPU(b, rdb) - cpu0
 		}
+		for k, p := range producers {
+			for j := range batch {
+				seq++
+				batch[j] = shard.Message{ID: fmt.Sprintf("%016x", rng.Uint64()), Topic: "t", Body: env[:100], Delay: time.Hour}
+				if k > 0 {
+					batch[j].Delay = 24 * time.Hour
+				}
+				if k == 2 {
+					batch[j].Delay += time.Duration(j%60) * 10 * time.Minute
+				}
+			}
+			cpu0 := redisCPU(b, rdb)
+			res, err := p.EnqueueBatch(ctx, batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+			}
+			realSpent[k] += redisCPU(b, rdb) - cpu0
+		}
 		if len(inbox[0]) >= sortEvery {
 			cpu0 := redisCPU(b, rdb)
 			pipe := rdb.Pipeline()
@@ -138,6 +175,9 @@ func BenchmarkPlacementFloor(b *testing.B) {
 		b.ReportMetric(spent[m].Seconds()*1e6/n, mode+"-µs/msg")
 	}
 	b.ReportMetric((spent[3]+sorting).Seconds()*1e6/n, "inbox+sort-µs/msg")
+	b.ReportMetric(realSpent[0].Seconds()*1e6/n, "real-near-µs/msg")
+	b.ReportMetric(float64(realSpent[1])/float64(realSpent[0]), "real-far1/near")
+	b.ReportMetric(float64(realSpent[2])/float64(realSpent[0]), "real-spread/near")
 }
 
 // floorNearScript stores messages near and nothing more.

@@ -173,12 +173,7 @@ func TestExportSchedulesAndDead(t *testing.T) {
 	w.consume()
 	to := w.sibling("-to")
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	src, err := shard.NewStore(rdb, w.ns)
-	must(t, err)
-	dst, err := shard.NewStore(rdb, to.ns)
-	must(t, err)
+	_, src, dst := storesOf(t, w, to)
 	w.succeed("", "schedule", "set", "tick", "@every 1s", "--count", "1000", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
 	w.succeed("", "schedule", "set", "berlin", "30 9 * * 1-5", "--zone", "Europe/Berlin", "--missed", "latest", "--grace", "5m",
 		"--topic", "reports", "--max-lateness", "1h", "--body", "<b>report</b> ü")

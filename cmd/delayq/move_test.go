@@ -483,12 +483,7 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 	w.consume()
 	to := w.sibling("-to")
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	src, err := shard.NewStore(rdb, w.ns)
-	must(t, err)
-	dst, err := shard.NewStore(rdb, to.ns)
-	must(t, err)
+	_, src, dst := storesOf(t, w, to)
 	w.succeed("", "schedule", "set", "tick", "@every 1s", "--exchange", w.exchange, "--routing-key", "rk", "--body", "tick")
 	w.succeed("", "schedule", "set", "hourly", "@hourly", "--topic", "reports")
 	w.succeed("", "schedule", "set", "held", "@daily", "--topic", "reports")
@@ -576,6 +571,19 @@ func TestLiveMoveTakesSchedulesAndDead(t *testing.T) {
 	t.Logf("tick: %d occurrences, each published once", len(nominal))
 }
 
+// storesOf returns a client of the test Redis and stores of the
+// namespaces of w and to on it.
+func storesOf(t *testing.T, w, to *world) (*redis.Client, *shard.Store, *shard.Store) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	src, err := shard.NewStore(rdb, w.ns)
+	must(t, err)
+	dst, err := shard.NewStore(rdb, to.ns)
+	must(t, err)
+	return rdb, src, dst
+}
+
 // TestLiveMoveDeadSurvivesAKill: the mover SIGKILLed between a page of
 // dead messages' copy and their removal from the source, then, before the
 // rerun, one of them redriven on the source and one purged there. The
@@ -587,12 +595,7 @@ func TestLiveMoveDeadSurvivesAKill(t *testing.T) {
 	w := newWorld(t, 4)
 	to := w.sibling("-to")
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	src, err := shard.NewStore(rdb, w.ns)
-	must(t, err)
-	dst, err := shard.NewStore(rdb, to.ns)
-	must(t, err)
+	rdb, src, dst := storesOf(t, w, to)
 	var in strings.Builder
 	since := time.Now().Add(-time.Hour).UnixMilli()
 	for j := range 30 {
