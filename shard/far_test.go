@@ -3,6 +3,7 @@ package shard_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -300,39 +301,43 @@ func TestFarBatchPlacesBoth(t *testing.T) {
 
 // Records written by the placement script decode with the Go codec for
 // every length of varint: due offsets up to a 10-minute bucket's width,
-// sequence numbers past 2^32.
+// sequence numbers across 2^21 and 2^28 (the script's branches) and past
+// 2^32 (its loop).
 func TestFarRecordsFromLuaDecode(t *testing.T) {
 	b := setup(t, 1)
 	if err := b.store.EnableFar(b.ctx, shard.FarSettings{Horizon: 10 * time.Minute, BucketWidth: 10 * time.Minute, IndexSlots: 16, Since: 1}); err != nil {
 		t.Fatal(err)
 	}
-	must(t, b.rdb.HSet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "seq", "4294967000").Err())
 	start := time.Now().Add(24 * time.Hour).Truncate(10 * time.Minute)
 	want := map[string]int64{}
-	var msgs []shard.Message
-	for j, off := range []time.Duration{0, time.Millisecond, 127 * time.Millisecond, 128 * time.Millisecond, 16383 * time.Millisecond,
-		16384 * time.Millisecond, 2097151 * time.Millisecond, 10*time.Minute - time.Millisecond} {
-		if off >= 10*time.Minute {
-			continue
+	after := map[string]uint64{} // the sequence each record must be past
+	for _, seq := range []uint64{100, 1<<21 - 4, 1<<28 - 4, 4294967000} {
+		must(t, b.rdb.HSet(b.ctx, shard.FarMetaKeyOf(b.store.Namespace(), 0), "seq", seq).Err())
+		var msgs []shard.Message
+		for j, off := range []time.Duration{0, time.Millisecond, 127 * time.Millisecond, 128 * time.Millisecond, 16383 * time.Millisecond,
+			16384 * time.Millisecond, 2097151 * time.Millisecond, 10*time.Minute - time.Millisecond} {
+			if off >= 10*time.Minute {
+				continue
+			}
+			id := fmt.Sprintf("s%d-v%d%s", seq, j, strings.Repeat("i", j*20)) // ids up to 150 bytes: two-byte lengths
+			msgs = append(msgs, shard.Message{ID: id, Topic: "t", Body: []byte(strings.Repeat("b", j*40)), At: start.Add(off)})
+			want[id], after[id] = start.Add(off).UnixMilli(), seq
 		}
-		id := "v" + strconv.Itoa(j) + strings.Repeat("i", j*20) // ids up to 150 bytes: two-byte lengths
-		msgs = append(msgs, shard.Message{ID: id, Topic: "t", Body: []byte(strings.Repeat("b", j*40)), At: start.Add(off)})
-		want[id] = start.Add(off).UnixMilli()
-	}
-	res, err := b.prod.EnqueueBatch(b.ctx, msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		must(t, r.Err)
+		res, err := b.prod.EnqueueBatch(b.ctx, msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			must(t, r.Err)
+		}
 	}
 	recs := farRecords(t, b)
 	for id, due := range want {
 		r, ok := recs[id]
-		if !ok || r.DueMs != due || r.Seq <= 4294967000 {
-			t.Errorf("%s: record %+v, want due %d and a sequence past 2^32", id, r, due)
+		if !ok || r.DueMs != due || r.Seq <= after[id] || r.Seq > after[id]+8 {
+			t.Errorf("%s: record %+v, want due %d and a sequence just past %d", id, r, due, after[id])
 		}
-		if env, err := shard.DecodeEnvelope(r.Envelope); err != nil || len(env.Body) == 0 && id != "v0" {
+		if env, err := shard.DecodeEnvelope(r.Envelope); err != nil || len(env.Body) == 0 && !strings.HasSuffix(id, "-v0") {
 			t.Errorf("%s: envelope %v", id, err)
 		}
 	}

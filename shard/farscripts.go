@@ -44,6 +44,9 @@ local function uvarint(n)
   if n < 128 then return string.char(n) end
   if n < 16384 then return string.char(n % 128 + 128, math.floor(n / 128)) end
   if n < 2097152 then return string.char(n % 128 + 128, math.floor(n / 128) % 128 + 128, math.floor(n / 16384)) end
+  if n < 268435456 then
+    return string.char(n % 128 + 128, math.floor(n / 128) % 128 + 128, math.floor(n / 16384) % 128 + 128, math.floor(n / 2097152))
+  end
   local t = {}
   while n >= 128 do
     t[#t + 1] = string.char(n % 128 + 128)
@@ -164,7 +167,7 @@ local function far_place(st, j, idx, bucket, id, env, mode, ms, bs, upsert)
     redis.call('HDEL', KEYS[6], id)
     status = 2
   end
-  local val = bs .. ':' .. (st.seq + 1)
+  local val = bs .. ':' .. string.format('%d', st.seq + 1)
   if redis.call('HSETNX', idx, id, val) == 0 then
     local fb, fq = far_live_st(st, idx, id)
     if fb and not upsert then
