@@ -422,32 +422,31 @@
 // shared cores) runs, in turn, scripts that do only the writes a layout
 // cannot do without, with records and index entries built by Go, and the
 // real EnqueueBatch beside them. Redis CPU a message: near (HSETNX and
-// ZADD) 9.0-9.7 µs; far in one bucket (the dedupe HMGET, the index
-// HSETNX, a share of one RPUSH) 7.1-7.6, 0.78 of near; far over 30
-// buckets 11.5-12.2, 1.27 of near, the bucket writes being shared by
-// about one message each; one inbox list a shard sorted into buckets
-// later in bulk 8.3-8.9 with the sort, 0.92 of near. The real tier:
-// 1.4-1.5 times the real near enqueue in one bucket, 2.1-2.2 over 60. The
-// tier's own
-// rules (tombstones, the shard's cap, a bucket's seal, the due time by
-// Redis's clock, the directory, a retried call's answer) come on top of
-// each floor. So no layout of scripts places messages spread over buckets
-// as cheaply as the near enqueue stores them: an inbox would come
-// closest, at the price of a second place that every reader (inspect,
-// listing, bulk jobs, the move, promotion) must look in. The tier trades
-// enqueue CPU for memory, where the pending population it is for is
-// large against its arrival rate: 100 M pending due a week out on
-// average arrive at 165 a second (Little's law), about 1/300 of far
-// placement's rate on this box. Of the real scripts' extra cost, building
-// the record in Lua is about a fifth of a near enqueue a message
-// (measured by taking it out of a copy of the script, A/B interleaved);
-// building it in Go would need the sequence number before the call, and
-// the due time of a delay before Redis's clock gives it.
+// ZADD) 9.0-9.7 µs; far in one bucket (the dedupe HMGET, the index HSETNX,
+// a share of one RPUSH) 7.1-7.6, 0.78 of near; far over 30 buckets
+// 11.5-12.2, 1.27 of near, the bucket writes being shared by about one
+// message each; one inbox list a shard sorted into buckets later in bulk
+// 8.3-8.9 with the sort, 0.92 of near. The real tier: 1.4-1.5 times the
+// real near enqueue in one bucket, 2.1-2.2 over 60. The tier's own rules
+// (tombstones, the shard's cap, a bucket's seal, the due time by Redis's
+// clock, the directory, a retried call's answer) come on top of each
+// floor. So no layout of scripts places messages spread over buckets as
+// cheaply as the near enqueue stores them: an inbox would come closest, at
+// the price of a second place that every reader (inspect, listing, bulk
+// jobs, the move, promotion) must look in. The tier trades enqueue CPU for
+// memory, where the pending population it is for is large against its
+// arrival rate: 100 M pending due a week out on average arrive at 165 a
+// second (Little's law), about 1/300 of far placement's rate on this box.
+// Of the real scripts' extra cost, building the record in Lua is about a
+// fifth of a near enqueue a message (measured by taking it out of a copy
+// of the script, A/B interleaved); building it in Go would need the
+// sequence number before the call, and the due time of a delay before
+// Redis's clock gives it.
 //
-// Not yet: pacing a shard's promotion of a
-// bucket (each is promoted in one burst, which the near messages due
-// meanwhile wait behind: cmd/delayq-bench/README.md, "Memory"); a listing
-// that does not read a far bucket whole for each page that reaches it.
+// Not yet: pacing a shard's promotion of a bucket (each is promoted in one
+// burst, which the near messages due meanwhile wait behind:
+// cmd/delayq-bench/README.md, "Memory"); a listing that does not read a
+// far bucket whole for each page that reaches it.
 //
 // # Quotas
 //
