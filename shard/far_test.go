@@ -256,8 +256,11 @@ func TestFarBatchPlacesBoth(t *testing.T) {
 	b := farSetup(t)
 	ks := shard.ShardKeys(b.store.Namespace(), 0)
 	var msgs []shard.Message
+	// Mid-bucket (buckets of a second): a delay ending at a bucket's edge
+	// can land in the next bucket by Redis's clock, which places it near.
+	mid := time.Now().Truncate(time.Second).Add(time.Minute + 500*time.Millisecond)
 	for j := range 100 {
-		msgs = append(msgs, shard.Message{ID: "far-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: time.Minute + time.Duration(j)*time.Second})
+		msgs = append(msgs, shard.Message{ID: "far-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), At: mid.Add(time.Duration(j) * time.Second)})
 	}
 	for j := range 10 {
 		msgs = append(msgs, shard.Message{ID: "near-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), Delay: time.Second})
@@ -282,7 +285,8 @@ func TestFarBatchPlacesBoth(t *testing.T) {
 		t.Fatalf("a batch again: %v, %v, %v; want both duplicates", err, res[0].Err, res[1].Err)
 	}
 	// Upserting a far message to near, and a near one to far.
-	msgs[0].Delay, msgs[100].Delay = time.Second, time.Hour
+	msgs[0].At, msgs[0].Delay = time.Time{}, time.Second
+	msgs[100].Delay, msgs[100].At = 0, mid.Add(time.Hour)
 	res, err = b.prod.UpsertBatch(b.ctx, []shard.Message{msgs[0], msgs[100]})
 	if err != nil || res[0].Err != nil || res[1].Err != nil {
 		t.Fatalf("upsert batch: %v, %v, %v", err, res[0].Err, res[1].Err)
