@@ -24,6 +24,14 @@ func farSetup(t *testing.T) *bundle {
 	return b
 }
 
+// farMid is a due time about d from now in the middle of a farSetup
+// bucket (a second): a batch's delay ending at a bucket's edge can land
+// in the next bucket by Redis's clock, and is then placed near (near is
+// always right), which a test counting far records must not meet.
+func farMid(d time.Duration) time.Time {
+	return time.Now().Add(d).Truncate(time.Second).Add(500 * time.Millisecond)
+}
+
 // farRecords decodes every record of shard 0's far buckets.
 func farRecords(t *testing.T, b *bundle) map[string]shard.FarRecord {
 	t.Helper()

@@ -409,8 +409,9 @@ func TestQuotaCountsFarMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	var batch []shard.Message
+	at := farMid(time.Hour)
 	for k := range 50 {
-		batch = append(batch, shard.Message{ID: fmt.Sprintf("t-%d", k), Topic: "trial", Body: []byte("x"), Delay: time.Hour})
+		batch = append(batch, shard.Message{ID: fmt.Sprintf("t-%d", k), Topic: "trial", Body: []byte("x"), At: at})
 	}
 	rs, err := b.prod.EnqueueBatch(b.ctx, batch)
 	if err != nil && !errors.Is(err, shard.ErrQuota) {
@@ -497,11 +498,11 @@ func TestQuotaAdoptsWhatTheScopeHolds(t *testing.T) {
 	b := farSetup(t) // one shard, far tier on with a 3 s horizon
 	var msgs []shard.Message
 	for k := range 500 {
-		d := time.Duration(0) // near: due now (no scanner runs)
+		m := shard.Message{ID: fmt.Sprintf("bill-%d", k), Topic: "billing.x", Body: []byte("x")} // near: due now (no scanner runs)
 		if k%5 < 2 {
-			d = time.Hour // far
+			m.At = farMid(time.Hour) // far
 		}
-		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("bill-%d", k), Topic: "billing.x", Body: []byte("x"), Delay: d})
+		msgs = append(msgs, m)
 	}
 	for k := range 100 {
 		msgs = append(msgs, shard.Message{ID: fmt.Sprintf("other-%d", k), Topic: "search.x", Body: []byte("x")})
