@@ -393,7 +393,7 @@ func TestFarBulkCancelSurvivesItsCaller(t *testing.T) {
 	// 2-3 h ahead, over 60 buckets, each at the middle of its bucket: a
 	// delay ending at a bucket's edge can land in the next bucket by
 	// Redis's clock, and is then placed near (near is always right).
-	mid := time.Now().Add(2*time.Hour).Truncate(time.Minute).Add(30 * time.Second).UnixMilli()
+	mid := time.Now().Add(2 * time.Hour).Truncate(time.Minute).Add(30 * time.Second).UnixMilli()
 	var in strings.Builder
 	for i := range 40_000 {
 		for _, prefix := range []string{"keep", "campaign-9"} {
