@@ -264,9 +264,7 @@ func TestFarBatchPlacesBoth(t *testing.T) {
 	b := farSetup(t)
 	ks := shard.ShardKeys(b.store.Namespace(), 0)
 	var msgs []shard.Message
-	// Mid-bucket (buckets of a second): a delay ending at a bucket's edge
-	// can land in the next bucket by Redis's clock, which places it near.
-	mid := time.Now().Truncate(time.Second).Add(time.Minute + 500*time.Millisecond)
+	mid := farMid(time.Minute)
 	for j := range 100 {
 		msgs = append(msgs, shard.Message{ID: "far-" + strconv.Itoa(j), Topic: "t", Body: []byte("x"), At: mid.Add(time.Duration(j) * time.Second)})
 	}
